@@ -1,0 +1,43 @@
+# The two README commands: `make demo` (main job) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+PACKAGES := nativedra dra_driver cdi extender e2e
+
+.PHONY: demo test lint unit e2e bench venv clean down
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: venv
+	$(BIN)/nativedra demo
+
+down: venv
+	$(BIN)/nativedra cluster down
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy $(PACKAGES) tests bench
+
+unit: venv
+	$(BIN)/pytest tests $(PYTEST_ARGS)
+
+e2e: venv
+	$(BIN)/pytest e2e $(PYTEST_ARGS)
+
+# Lint and types first (seconds), then every unit and e2e test in one pytest run.
+test: lint
+	$(BIN)/pytest -ra $(PYTEST_ARGS)
+
+bench: venv
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

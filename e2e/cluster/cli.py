@@ -1,0 +1,99 @@
+"""`nativedra cluster up|down|status`: a local control plane that outlives the command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.cluster import binaries
+from e2e.cluster.controlplane import ControlPlane, ControlPlaneError, recorded_state, stop_recorded
+from nativedra.flags import add_flag
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "nativedra" / "cluster"
+
+
+def load_scheduler_extra(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ControlPlaneError(f"--scheduler-config-extra {path}: {error}") from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ControlPlaneError(
+            f"--scheduler-config-extra {path}: expected a YAML mapping of KubeSchedulerConfiguration "
+            f"fields, got {type(data).__name__}"
+        )
+    return data
+
+
+def start_detached(state_dir: Path, scheduler_extra: dict[str, Any]) -> ControlPlane:
+    plane = ControlPlane(
+        state_dir=state_dir.resolve(),
+        binaries=binaries.resolve(),
+        scheduler_config_extra=scheduler_extra,
+        tie_to_parent=False,
+    )
+    plane.start()
+    return plane
+
+
+def _up(args: argparse.Namespace) -> int:
+    try:
+        plane = start_detached(Path(args.state_dir), load_scheduler_extra(args.scheduler_config_extra))
+    except (ControlPlaneError, binaries.BinaryError) as error:
+        print(f"nativedra cluster up: {error}", file=sys.stderr)
+        return 1
+    print(plane.kubeconfig)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    stopped = stop_recorded(Path(args.state_dir))
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"), file=sys.stderr)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    state = recorded_state(Path(args.state_dir))
+    if state is None:
+        print("no cluster recorded in " + str(args.state_dir), file=sys.stderr)
+        return 1
+    print(json.dumps(state, indent=2))
+    return 0 if all(p["running"] for p in state["processes"]) else 1
+
+
+def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cluster = subcommands.add_parser(
+        "cluster",
+        help="run a local Kubernetes control plane (etcd, apiserver, scheduler, controller-manager)",
+        description="A real control plane on 127.0.0.1 built from upstream k8s.io/kubernetes "
+        f"(default {binaries.DEFAULT_K8S_VERSION}, override with NATIVEDRA_K8S_VERSION; "
+        "binaries cached under ~/.cache/nativedra/k8s; KUBEBUILDER_ASSETS honoured). No kubelet runs.",
+    )
+    actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start it and print the admin kubeconfig path")
+    add_flag(
+        up,
+        "--scheduler-config-extra",
+        type=Path,
+        help="YAML merged into the KubeSchedulerConfiguration (e.g. extenders:, percentageOfNodesToScore:)",
+    )
+    up.set_defaults(handler=_up)
+    down = actions.add_parser("down", help="stop the processes recorded by `up`")
+    down.set_defaults(handler=_down)
+    status = actions.add_parser("status", help="show the recorded processes; exit 1 unless all run")
+    status.set_defaults(handler=_status)
+    for parser in (up, down, status):
+        add_flag(parser, "--state-dir", type=Path, default=default_state_dir(), help="cluster files and logs")

@@ -1,0 +1,152 @@
+"""TLS material for a loopback control plane: a cluster CA, the apiserver's serving certificate,
+a front-proxy CA and client certificate, and the service-account signing key."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+_VALIDITY = dt.timedelta(days=365)
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca_cert: Path
+    ca_key: Path
+    serving_cert: Path
+    serving_key: Path
+    front_proxy_ca: Path
+    front_proxy_client_cert: Path
+    front_proxy_client_key: Path
+    service_account_key: Path
+    service_account_pub: Path
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(_name(common_name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def _leaf(
+    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
+    common_name: str,
+    usage: x509.ObjectIdentifier,
+    sans: list[x509.GeneralName] | None = None,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    ca_cert, ca_key = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def _write_cert(path: Path, cert: x509.Certificate) -> None:
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def paths(directory: Path) -> Pki:
+    """Where the material for a control plane in `directory` lives."""
+    return Pki(
+        ca_cert=directory / "ca.crt",
+        ca_key=directory / "ca.key",
+        serving_cert=directory / "apiserver.crt",
+        serving_key=directory / "apiserver.key",
+        front_proxy_ca=directory / "front-proxy-ca.crt",
+        front_proxy_client_cert=directory / "front-proxy-client.crt",
+        front_proxy_client_key=directory / "front-proxy-client.key",
+        service_account_key=directory / "sa.key",
+        service_account_pub=directory / "sa.pub",
+    )
+
+
+def create(directory: Path) -> Pki:
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    pki = paths(directory)
+    ca = _ca("nativedra-local-ca")
+    _write_cert(pki.ca_cert, ca[0])
+    _write_key(pki.ca_key, ca[1])
+    sans: list[x509.GeneralName] = [
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+        x509.DNSName("localhost"),
+        x509.DNSName("kubernetes"),
+        x509.DNSName("kubernetes.default"),
+        x509.DNSName("kubernetes.default.svc"),
+    ]
+    serving = _leaf(ca, "kube-apiserver", ExtendedKeyUsageOID.SERVER_AUTH, sans)
+    _write_cert(pki.serving_cert, serving[0])
+    _write_key(pki.serving_key, serving[1])
+    front_ca = _ca("nativedra-front-proxy-ca")
+    _write_cert(pki.front_proxy_ca, front_ca[0])
+    front_client = _leaf(front_ca, "front-proxy-client", ExtendedKeyUsageOID.CLIENT_AUTH)
+    _write_cert(pki.front_proxy_client_cert, front_client[0])
+    _write_key(pki.front_proxy_client_key, front_client[1])
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _write_key(pki.service_account_key, sa_key)
+    pki.service_account_pub.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return pki

@@ -1,0 +1,64 @@
+"""Fixtures that give every e2e test the real control plane."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from e2e.cluster import ControlPlane, create_fake_node, resolve, wait_for
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane(state_dir=Path(tmp_path_factory.mktemp("cluster")), binaries=resolve())
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def api(control_plane: ControlPlane) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace with its `default` ServiceAccount, deleted after the test."""
+    core = client.CoreV1Api(api)
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core.create_namespace({"metadata": {"name": name}})
+
+    def has_default_sa() -> bool:
+        return any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items)
+
+    wait_for(has_default_sa, 30, f"ServiceAccount default in namespace {name}")
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(name)
+
+
+@pytest.fixture
+def fake_nodes(api: client.ApiClient) -> Iterator[Callable[..., str]]:
+    """Factory for uniquely named Ready nodes; all are deleted after the test."""
+    created: list[str] = []
+
+    def make(prefix: str = "node", labels: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        create_fake_node(api, name, labels)
+        created.append(name)
+        return name
+
+    yield make
+    core = client.CoreV1Api(api)
+    for name in created:
+        with contextlib.suppress(client.ApiException):
+            core.delete_node(name)

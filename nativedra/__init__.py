@@ -1,0 +1,3 @@
+"""nativedra: GPU workloads on Kubernetes as native Pods."""
+
+__version__ = "0.1.0"
