@@ -102,9 +102,7 @@ def _pod(api: client.ApiClient, namespace: str, name: str, template: str) -> Non
 
 
 def _allocated_claim(api: client.ApiClient, namespace: str, pod: str) -> dict[str, Any] | None:
-    claims = _resource(api).list_namespaced_custom_object(
-        "resource.k8s.io", "v1", namespace, "resourceclaims"
-    )
+    claims = _resource(api).list_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims")
     for claim in claims["items"]:
         owners = claim["metadata"].get("ownerReferences", [])
         if any(o["name"] == pod for o in owners) and claim.get("status", {}).get("allocation"):
@@ -119,9 +117,7 @@ def test_real_scheduler_allocates_a_device_from_a_slice(
     class_name = f"smoke-{uuid.uuid4().hex[:6]}"
     _device_class(api, class_name)
     _slice_for(api, node)
-    _template(
-        api, namespace, "one-gpu", class_name, "device.attributes['smoke.nativedra.dev'].model == 'small'"
-    )
+    _template(api, namespace, "one-gpu", class_name, "device.attributes['smoke.nativedra.dev'].model == 'small'")
     _pod(api, namespace, "consumer", "one-gpu")
 
     assert wait_pod_scheduled(api, namespace, "consumer") == node
@@ -140,9 +136,7 @@ def test_unsatisfiable_claim_leaves_pod_pending_with_scheduler_reason(
     class_name = f"smoke-{uuid.uuid4().hex[:6]}"
     _device_class(api, class_name)
     _slice_for(api, node)
-    _template(
-        api, namespace, "huge-gpu", class_name, "device.attributes['smoke.nativedra.dev'].model == 'huge'"
-    )
+    _template(api, namespace, "huge-gpu", class_name, "device.attributes['smoke.nativedra.dev'].model == 'huge'")
     _pod(api, namespace, "waiting", "huge-gpu")
 
     message = wait_pod_unschedulable(api, namespace, "waiting")

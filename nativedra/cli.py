@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
+from dra_driver import cli as plugin_cli
 from e2e.cluster import cli as cluster_cli
 from nativedra import __version__
 
@@ -14,7 +15,7 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 
 def _registrars() -> list[Registrar]:
-    return [cluster_cli.register]
+    return [plugin_cli.register, cluster_cli.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

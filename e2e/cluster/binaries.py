@@ -51,9 +51,7 @@ def pinned_version() -> str:
     if not match:
         raise BinaryError(f"NATIVEDRA_K8S_VERSION={version!r}: expected a release like v1.36.2")
     if int(match.group(1)) < MINIMUM_MINOR:
-        raise BinaryError(
-            f"NATIVEDRA_K8S_VERSION={version!r}: nativedra needs Kubernetes 1.{MINIMUM_MINOR} or newer"
-        )
+        raise BinaryError(f"NATIVEDRA_K8S_VERSION={version!r}: nativedra needs Kubernetes 1.{MINIMUM_MINOR} or newer")
     return version
 
 
@@ -179,9 +177,7 @@ def _build_into(version: str, components: list[str], src: Path, bin_dir: Path) -
     upstream_mod = Path(json.loads(download.stdout)["GoMod"]).read_text()
     go_directive = re.search(r"^go\s+(\S+)", upstream_mod, re.MULTILINE)
     (src / "go.mod").write_text(
-        wrapper_go_mod(
-            version, staging_modules(upstream_mod), go_directive.group(1) if go_directive else "1.24"
-        )
+        wrapper_go_mod(version, staging_modules(upstream_mod), go_directive.group(1) if go_directive else "1.24")
     )
     imports = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"' for name in KUBE_COMPONENTS)
     (src / "tools.go").write_text(_TOOLS_GO.format(imports=imports))

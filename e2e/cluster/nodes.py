@@ -49,6 +49,4 @@ def create_fake_node(
     )
     node = core.read_node(name)
     taints = [t for t in (node.spec.taints or []) if t.key != NOT_READY_TAINT]
-    core.patch_node(
-        name, {"spec": {"taints": [client.ApiClient().sanitize_for_serialization(t) for t in taints]}}
-    )
+    core.patch_node(name, {"spec": {"taints": [client.ApiClient().sanitize_for_serialization(t) for t in taints]}})

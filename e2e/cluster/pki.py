@@ -145,8 +145,6 @@ def create(directory: Path) -> Pki:
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_key(pki.service_account_key, sa_key)
     pki.service_account_pub.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki

@@ -49,9 +49,7 @@ def describe_pod(api: client.ApiClient, namespace: str, name: str) -> str:
         return f"pod {namespace}/{name}: {error.status} {error.reason}"
     lines.append(f"pod {namespace}/{name}: phase={pod.status.phase} node={pod.spec.node_name}")
     for condition in pod.status.conditions or []:
-        lines.append(
-            f"  condition {condition.type}={condition.status} {condition.reason}: {condition.message}"
-        )
+        lines.append(f"  condition {condition.type}={condition.status} {condition.reason}: {condition.message}")
     lines.extend(f"  event {event}" for event in pod_events(api, namespace, name))
     for status in pod.status.resource_claim_statuses or []:
         lines.append(f"  claim {status.name} -> {status.resource_claim_name}")
@@ -86,11 +84,7 @@ def unschedulable_message(api: client.ApiClient, namespace: str, name: str) -> s
     """The scheduler's reason when it has marked the pod unschedulable."""
     pod = client.CoreV1Api(api).read_namespaced_pod(name, namespace)
     for condition in pod.status.conditions or []:
-        if (
-            condition.type == "PodScheduled"
-            and condition.status == "False"
-            and condition.reason == "Unschedulable"
-        ):
+        if condition.type == "PodScheduled" and condition.status == "False" and condition.reason == "Unschedulable":
             return str(condition.message)
     return None
 

@@ -1,0 +1,146 @@
+"""`nativedra plugin` and `nativedra inventory`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra_driver import node_plugin
+from dra_driver.discovery import Backend, DiscoveryError
+from dra_driver.discovery.factory import BACKENDS, make_backend
+from dra_driver.inventory import Inventory
+from dra_driver.publish_config import ConfigError, PublishConfig, load_publish_config, parse_fractions
+from dra_driver.slices import devices_and_counters
+from nativedra.flags import add_flag
+
+GIB = 1024**3
+
+
+def _add_discovery_flags(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "--backend", choices=BACKENDS, default="nvml", help="how GPUs are discovered")
+    add_flag(parser, "--profile", help="simulated backend: profile file, or a shipped name such as h100-8x")
+    add_flag(parser, "--sys-root", type=Path, default=Path("/sys"), help="sysfs root (a fake tree in tests)")
+
+
+def _add_publish_flags(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "--publish-config", type=Path, help="YAML file with the publish settings below")
+    add_flag(parser, "--fractions", help="fixed fractions to publish, e.g. 2,4,8, or none (default 2,4,8)")
+    add_flag(parser, "--mig", choices=("true", "false"), help="publish MIG placements of GPUs in MIG mode")
+    add_flag(
+        parser,
+        "--sharing",
+        choices=("exclusive", "consumable"),
+        help="consumable: publish every GPU as a consumable share device (claims request memory/compute)",
+    )
+
+
+def publish_config_from(args: argparse.Namespace) -> PublishConfig:
+    config = load_publish_config(args.publish_config) if args.publish_config else PublishConfig()
+    overrides: dict[str, Any] = {}
+    if args.fractions is not None:
+        overrides["fractions"] = parse_fractions(args.fractions)
+    if args.mig is not None:
+        overrides["mig"] = args.mig == "true"
+    if args.sharing == "consumable":
+        overrides["share_gpus"] = "all"
+    elif args.sharing == "exclusive":
+        overrides["share_gpus"] = ()
+    return PublishConfig.model_validate({**config.model_dump(), **overrides}) if overrides else config
+
+
+def _backend(args: argparse.Namespace) -> Backend:
+    return make_backend(args.backend, args.profile, args.sys_root)
+
+
+def _plugin(args: argparse.Namespace) -> int:
+    try:
+        settings = node_plugin.PluginSettings(
+            node_name=args.node_name,
+            backend=_backend(args),
+            publish=publish_config_from(args),
+            kubeconfig=args.kubeconfig,
+            metrics_port=args.metrics_port,
+        )
+        settings.backend.discover()  # fail at start, with the reason, on a bad profile or missing NVML
+    except (DiscoveryError, ConfigError) as error:
+        print(f"nativedra plugin: {error}", file=sys.stderr)
+        return 2
+    return node_plugin.run(settings)
+
+
+def inventory_rows(inventory: Inventory, config: PublishConfig) -> list[dict[str, Any]]:
+    devices, _ = devices_and_counters(inventory, config)
+    rows = []
+    for gpu in inventory.gpus:
+        mine = [d for d in devices if d["attributes"]["index"]["int"] == gpu.index]
+        kinds: dict[str, int] = {}
+        for device in mine:
+            kind = device["attributes"]["type"]["string"]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        rows.append(
+            {
+                "index": gpu.index,
+                "vendor": gpu.vendor.value,
+                "product": gpu.product_name,
+                "memoryGiB": round(gpu.memory_bytes / GIB, 1),
+                "numaNode": gpu.numa_node,
+                "pciBusID": gpu.pci_bus_id,
+                "mig": "enabled" if gpu.mig_enabled else ("capable" if gpu.mig_capable else "no"),
+                "health": gpu.health.value,
+                "published": kinds,
+            }
+        )
+    return rows
+
+
+def _inventory(args: argparse.Namespace) -> int:
+    try:
+        config = publish_config_from(args)
+        inventory = _backend(args).discover()
+    except (DiscoveryError, ConfigError) as error:
+        print(f"nativedra inventory: {error}", file=sys.stderr)
+        return 2
+    rows = inventory_rows(inventory, config)
+    if args.output == "yaml":
+        document = {"inventory": inventory.model_dump(mode="json", by_alias=True), "published": rows}
+        print(yaml.safe_dump(document, sort_keys=False), end="")
+        return 0
+    header = f"{'IDX':>3}  {'VENDOR':<7} {'PRODUCT':<28} {'MEM GiB':>8} {'NUMA':>4}  {'PCI':<12}  {'MIG':<8} PUBLISHES"
+    print(header)
+    for row in rows:
+        published = ", ".join(f"{count} {kind}" for kind, count in row["published"].items()) or "nothing"
+        numa = "-" if row["numaNode"] is None else str(row["numaNode"])
+        print(
+            f"{row['index']:>3}  {row['vendor']:<7} {row['product'][:28]:<28} {row['memoryGiB']:>8} {numa:>4}  "
+            f"{row['pciBusID']:<12}  {row['mig']:<8} {published}"
+        )
+    return 0
+
+
+def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    plugin = subcommands.add_parser(
+        "plugin",
+        help="run the DRA node plugin (discovery, ResourceSlices, kubelet gRPC, CDI)",
+        description="Runs on every GPU node (DaemonSet). Discovers the node's accelerators and publishes them as "
+        "resource.k8s.io/v1 ResourceSlices of driver gpu.nativedra.dev, pool = node name.",
+    )
+    add_flag(plugin, "--node-name", required=True, help="this node's name (downward API spec.nodeName)")
+    add_flag(plugin, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
+    add_flag(plugin, "--metrics-port", type=int, default=0, help="Prometheus /metrics port (0 = off)")
+    _add_discovery_flags(plugin)
+    _add_publish_flags(plugin)
+    plugin.set_defaults(handler=_plugin)
+
+    inventory = subcommands.add_parser(
+        "inventory",
+        help="show what this node would publish, without touching the cluster",
+        description="Runs discovery and prints each accelerator with the devices it would publish.",
+    )
+    _add_discovery_flags(inventory)
+    _add_publish_flags(inventory)
+    inventory.add_argument("-o", "--output", choices=("table", "yaml"), default="table")
+    inventory.set_defaults(handler=_inventory)

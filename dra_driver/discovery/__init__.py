@@ -1,0 +1,25 @@
+"""Discovery backends: each turns a node's hardware (or a profile) into an `Inventory`."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from dra_driver.inventory import Inventory
+
+
+class DiscoveryError(RuntimeError):
+    """Discovery cannot run; the message says why and what to do instead."""
+
+
+class Backend(Protocol):
+    """A source of inventory that can also say when the inventory may have changed."""
+
+    name: str
+
+    def discover(self) -> Inventory:
+        """The node's accelerators as they are now."""
+
+    def watch(self, stop: threading.Event, changed: Callable[[], None]) -> None:
+        """Block until `stop` is set, calling `changed` whenever discovery should run again."""

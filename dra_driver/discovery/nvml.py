@@ -1,0 +1,220 @@
+"""The NVML backend: NVIDIA GPUs through nvidia-ml-py (module `pynvml`). Read-only: it never
+changes a GPU setting (no MIG mode change, no reset)."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dra_driver.discovery import DiscoveryError, pci
+from dra_driver.inventory import Gpu, Health, Inventory, MigPlacement, MigProfile, Vendor
+
+log = logging.getLogger(__name__)
+
+ARCHITECTURES = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada Lovelace",
+    9: "Hopper",
+    10: "Blackwell",
+    13: "Rubin",
+}
+BRAND_NAMES = {
+    "NVIDIA": "NVIDIA",
+    "TESLA": "Tesla",
+    "QUADRO": "Quadro",
+    "QUADRO_RTX": "Quadro RTX",
+    "GEFORCE": "GeForce",
+    "GEFORCE_RTX": "GeForce RTX",
+    "TITAN": "Titan",
+    "TITAN_RTX": "Titan RTX",
+    "NVIDIA_RTX": "NVIDIA RTX",
+    "GRID": "GRID",
+    "NVS": "NVS",
+}
+MIG_ENABLED = 1
+# XIDs that mean the GPU needs attention; application-caused ones (13, 31, 43, 45, 68) are ignored.
+CRITICAL_XID_EVENTS = 0x0000000000000008  # nvmlEventTypeXidCriticalError
+DOUBLE_BIT_ECC_EVENT = 0x0000000000000002
+IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+
+def brand_name(nvml: Any, value: int) -> str:
+    for attribute in dir(nvml):
+        is_brand = attribute.startswith("NVML_BRAND_") and attribute != "NVML_BRAND_COUNT"
+        if is_brand and getattr(nvml, attribute) == value:
+            suffix = attribute.removeprefix("NVML_BRAND_")
+            return BRAND_NAMES.get(suffix, suffix.replace("_", " ").title())
+    return "Unknown"
+
+
+def cuda_version(encoded: int) -> str:
+    """NVML's 12040 -> `12.4`."""
+    return f"{encoded // 1000}.{(encoded % 1000) // 10}"
+
+
+def load_nvml() -> Any:
+    """Import and initialise NVML, or say clearly why not and what to use instead."""
+    try:
+        nvml = importlib.import_module("pynvml")
+    except ImportError as error:
+        raise DiscoveryError(
+            "the nvml backend needs the nvidia-ml-py package (module pynvml); "
+            "install it or use --backend sysfs / --backend simulated --profile NAME"
+        ) from error
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as error:
+        raise DiscoveryError(
+            f"NVML is not available on this node ({error}): no NVIDIA driver or libnvidia-ml.so.1 is "
+            "not visible to the plugin. Use --backend sysfs for other vendors, or "
+            "--backend simulated --profile NAME to try nativedra without GPUs."
+        ) from error
+    return nvml
+
+
+def _placements(nvml: Any, handle: Any, profile_id: int) -> tuple[MigPlacement, ...]:
+    count = ctypes.c_uint(0)
+    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+    if count.value == 0:
+        return ()
+    array = (nvml.c_nvmlGpuInstancePlacement_t * count.value)()
+    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+    return tuple(MigPlacement(start=int(p.start), size=int(p.size)) for p in array[: count.value])
+
+
+def _mig_profiles(nvml: Any, handle: Any) -> tuple[MigProfile, ...]:
+    profiles = []
+    for profile in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+            placements = _placements(nvml, handle, info.id)
+        except nvml.NVMLError:
+            continue  # profile not supported on this GPU
+        if info.instanceCount == 0 or not placements:
+            continue
+        profiles.append(
+            MigProfile(
+                name=str(info.name).removeprefix("MIG "),
+                id=int(info.id),
+                slice_count=int(info.sliceCount),
+                instance_count=int(info.instanceCount),
+                multiprocessor_count=int(info.multiprocessorCount),
+                memory_size_mb=int(info.memorySizeMB),
+                copy_engine_count=int(info.copyEngineCount),
+                decoder_count=int(info.decoderCount),
+                encoder_count=int(info.encoderCount),
+                jpeg_count=int(info.jpegCount),
+                ofa_count=int(info.ofaCount),
+                placements=placements,
+            )
+        )
+    return tuple(profiles)
+
+
+def _gpu(nvml: Any, handle: Any, sys_root: Path, unhealthy: set[str]) -> Gpu:
+    bus_id = pci.normalize_bus_id(str(nvml.nvmlDeviceGetPciInfo(handle).busId))
+    numa: int | None
+    try:
+        reported = int(nvml.nvmlDeviceGetNumaNodeId(handle))
+        numa = reported if reported >= 0 else None
+    except nvml.NVMLError:
+        numa = pci.numa_node(sys_root, bus_id)
+    try:
+        current_mig, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        profiles = _mig_profiles(nvml, handle)
+    except nvml.NVMLError:
+        current_mig, profiles = 0, ()
+    major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+    uuid = str(nvml.nvmlDeviceGetUUID(handle))
+    return Gpu(
+        vendor=Vendor.NVIDIA,
+        index=int(nvml.nvmlDeviceGetIndex(handle)),
+        minor=int(nvml.nvmlDeviceGetMinorNumber(handle)),
+        uuid=uuid,
+        product_name=str(nvml.nvmlDeviceGetName(handle)),
+        brand=brand_name(nvml, int(nvml.nvmlDeviceGetBrand(handle))),
+        architecture=ARCHITECTURES.get(int(nvml.nvmlDeviceGetArchitecture(handle)), "Unknown"),
+        cuda_compute_capability=f"{major}.{minor}",
+        memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+        multiprocessors=int(nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount),
+        pci_bus_id=bus_id,
+        pcie_root=pci.pcie_root(sys_root, bus_id),
+        numa_node=numa,
+        health=Health.UNHEALTHY if uuid in unhealthy else Health.HEALTHY,
+        mig_capable=bool(profiles),
+        mig_enabled=bool(profiles) and current_mig == MIG_ENABLED,
+        mig_memory_slices=max((p.start + p.size for pr in profiles for p in pr.placements), default=0),
+        mig_profiles=profiles,
+    )
+
+
+def read_inventory(nvml: Any, sys_root: Path, unhealthy: set[str] | None = None) -> Inventory:
+    """Everything NVML says about this node's GPUs, as an `Inventory` (NVML already initialised)."""
+    gpus = [
+        _gpu(nvml, nvml.nvmlDeviceGetHandleByIndex(i), sys_root, unhealthy or set())
+        for i in range(nvml.nvmlDeviceGetCount())
+    ]
+    return Inventory(
+        driver_version=str(nvml.nvmlSystemGetDriverVersion()),
+        cuda_driver_version=cuda_version(int(nvml.nvmlSystemGetCudaDriverVersion())),
+        gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+    )
+
+
+class NvmlBackend:
+    """NVML discovery; critical XID and double-bit ECC events mark a GPU unhealthy."""
+
+    name = "nvml"
+
+    def __init__(self, sys_root: Path = Path("/sys"), nvml: Any = None) -> None:
+        self.nvml = nvml if nvml is not None else load_nvml()
+        self.sys_root = sys_root
+        self.unhealthy: set[str] = set()
+
+    def discover(self) -> Inventory:
+        return read_inventory(self.nvml, self.sys_root, self.unhealthy)
+
+    def watch(self, stop: threading.Event, changed: Callable[[], None]) -> None:
+        nvml = self.nvml
+        try:
+            events = nvml.nvmlEventSetCreate()
+            for i in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(i)
+                try:
+                    nvml.nvmlDeviceRegisterEvents(handle, CRITICAL_XID_EVENTS | DOUBLE_BIT_ECC_EVENT, events)
+                except nvml.NVMLError as error:
+                    log.warning("GPU %d: health events not supported (%s); it stays Healthy", i, error)
+        except nvml.NVMLError as error:
+            log.warning("NVML events unavailable (%s); health is not monitored", error)
+            stop.wait()
+            return
+        while not stop.is_set():
+            try:
+                event = nvml.nvmlEventSetWait_v2(events, 1000)
+            except nvml.NVMLError_Timeout:
+                continue
+            except nvml.NVMLError as error:
+                log.warning("NVML event wait failed: %s", error)
+                stop.wait(5)
+                continue
+            if event.eventType == CRITICAL_XID_EVENTS and int(event.eventData) in IGNORED_XIDS:
+                continue
+            uuid = str(nvml.nvmlDeviceGetUUID(event.device))
+            log.error(
+                "GPU %s: NVML event type %#x data %s; marking Unhealthy",
+                uuid,
+                event.eventType,
+                event.eventData,
+            )
+            self.unhealthy.add(uuid)
+            changed()

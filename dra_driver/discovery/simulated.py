@@ -1,0 +1,134 @@
+"""The simulated backend: GPUs described by a profile file, for tests, demos and dry runs.
+
+A profile states exactly what NVML (or sysfs) would report, so a simulated H100 yields the
+inventory the nvml backend yields for a real H100.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from dra_driver.discovery import DiscoveryError
+from dra_driver.inventory import Gpu, Inventory
+
+PROFILE_KEYS = {"driverVersion", "cudaDriverVersion", "models", "gpus"}
+
+
+class ProfileError(DiscoveryError):
+    """The profile file is invalid; the message names the file, the GPU and the field."""
+
+
+def packaged_profiles() -> dict[str, Path]:
+    folder = resources.files("dra_driver") / "profiles"
+    return {Path(entry.name).stem: Path(str(entry)) for entry in folder.iterdir() if entry.name.endswith(".yaml")}
+
+
+def resolve_profile(name_or_path: str) -> Path:
+    """A path to an existing file, or the name of a profile shipped with nativedra."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = packaged_profiles()
+    if name_or_path in shipped:
+        return shipped[name_or_path]
+    raise ProfileError(
+        f"profile {name_or_path!r}: no such file, and not a shipped profile ({', '.join(sorted(shipped))})"
+    )
+
+
+def _describe(issue: Any) -> str:
+    location = ".".join(str(part) for part in issue["loc"])
+    return f"field {location!r}: {issue['msg']}" if location else issue["msg"]
+
+
+def parse_profile(raw: object, source: str) -> Inventory:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{source}: expected a mapping with keys {sorted(PROFILE_KEYS)}")
+    unknown = set(raw) - PROFILE_KEYS
+    if unknown:
+        raise ProfileError(f"{source}: unknown field(s) {sorted(unknown)}; allowed: {sorted(PROFILE_KEYS)}")
+    models = raw.get("models") or {}
+    if not isinstance(models, dict):
+        raise ProfileError(f"{source}: field 'models' must map model names to GPU facts")
+    entries = raw.get("gpus") or []
+    if not isinstance(entries, list):
+        raise ProfileError(f"{source}: field 'gpus' must be a list")
+    gpus = []
+    seen: dict[int, int] = {}
+    for position, entry in enumerate(entries):
+        where = f"{source}: gpus[{position}]"
+        if not isinstance(entry, dict):
+            raise ProfileError(f"{where}: expected a mapping")
+        if "index" in entry:
+            where += f" (index {entry['index']})"
+        facts = dict(entry)
+        model_name = facts.pop("model", None)
+        if model_name is not None:
+            if model_name not in models:
+                raise ProfileError(f"{where}: field 'model': unknown model {model_name!r}")
+            facts = {**models[model_name], **facts}
+        try:
+            gpu = Gpu.model_validate_json(json.dumps(facts))
+        except ValidationError as error:
+            raise ProfileError(f"{where}: " + "; ".join(_describe(i) for i in error.errors())) from error
+        if gpu.index in seen:
+            raise ProfileError(
+                f"{where}: field 'index': duplicate GPU index {gpu.index} (also gpus[{seen[gpu.index]}])"
+            )
+        seen[gpu.index] = position
+        gpus.append(gpu)
+    node_facts = {key: raw[key] for key in ("driverVersion", "cudaDriverVersion") if key in raw}
+    try:
+        return Inventory.model_validate_json(json.dumps(node_facts)).model_copy(
+            update={"gpus": tuple(sorted(gpus, key=lambda g: g.index))}
+        )
+    except ValidationError as error:
+        raise ProfileError(f"{source}: " + "; ".join(_describe(i) for i in error.errors())) from error
+
+
+def load_profile(path: Path) -> Inventory:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ProfileError(f"{path}: cannot read profile: {error.strerror}") from error
+    try:
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ProfileError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {error}") from error
+    return parse_profile(raw, str(path))
+
+
+class SimulatedBackend:
+    """Reads the profile on every discovery; a change of the file triggers re-publishing."""
+
+    name = "simulated"
+
+    def __init__(self, profile: str, poll_interval_s: float = 2.0) -> None:
+        self.path = resolve_profile(profile)
+        self.poll_interval_s = poll_interval_s
+
+    def discover(self) -> Inventory:
+        return load_profile(self.path)
+
+    def _fingerprint(self) -> tuple[float, int] | None:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return None
+        return (stat.st_mtime, stat.st_size)
+
+    def watch(self, stop: threading.Event, changed: Callable[[], None]) -> None:
+        last = self._fingerprint()
+        while not stop.wait(self.poll_interval_s):
+            current = self._fingerprint()
+            if current != last:
+                last = current
+                changed()

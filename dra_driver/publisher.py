@@ -1,0 +1,152 @@
+"""Make this node's ResourceSlices in the API equal to the desired specs, with no write when
+they already are. Anyone else's edit or deletion of our slices is undone on the next reconcile."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from kubernetes import client
+from kubernetes.utils import parse_quantity
+
+from dra_driver import DRIVER_NAME, metrics
+
+GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceslices"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "nativedra"}
+QUANTITY_KEYS = frozenset({"value", "default", "min", "max", "step", "validValues"})
+_DRIVER_SLUG = DRIVER_NAME.replace(".", "-")
+MAX_NAME = 253
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    generation: int = 0
+
+    @property
+    def writes(self) -> int:
+        return self.created + self.updated + self.deleted
+
+
+def slice_name(node_name: str, position: int) -> str:
+    """Deterministic, so a restarted plugin finds and reuses its slices."""
+    suffix = f"-{_DRIVER_SLUG}-{position:03d}"
+    if len(node_name) + len(suffix) <= MAX_NAME:
+        return node_name + suffix
+    digest = hashlib.sha256(node_name.encode()).hexdigest()[:10]
+    return f"{node_name[: MAX_NAME - len(suffix) - 11]}-{digest}{suffix}"
+
+
+def _normalize(value: Any, key: str | None = None) -> Any:
+    """Remove what the API server adds or rewrites: taint timestamps, quantity spellings."""
+    if isinstance(value, dict):
+        return {k: _normalize(v, k) for k, v in value.items() if k != "timeAdded" and v is not None}
+    if isinstance(value, list):
+        return [_normalize(item, key) for item in value]
+    if key in QUANTITY_KEYS and isinstance(value, str | int):
+        return Decimal(parse_quantity(value))
+    return value
+
+
+def same_spec(desired: dict[str, Any], actual: dict[str, Any]) -> bool:
+    return bool(_normalize(desired) == _normalize(actual))
+
+
+class SlicePublisher:
+    def __init__(self, api: client.ApiClient, node_name: str) -> None:
+        self.objects = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.node_name = node_name
+        self._node_uid: str | None = None
+
+    def list_ours(self) -> list[dict[str, Any]]:
+        response = self.objects.list_cluster_custom_object(
+            GROUP, VERSION, PLURAL, field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER_NAME}"
+        )
+        return list(response["items"])
+
+    def _owner(self) -> list[dict[str, Any]]:
+        if self._node_uid is None:
+            self._node_uid = str(self.core.read_node(self.node_name).metadata.uid)
+        return [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": self.node_name,
+                "uid": self._node_uid,
+                "controller": True,
+            }
+        ]
+
+    def reconcile(self, specs: list[dict[str, Any]]) -> PublishResult:
+        try:
+            return self._reconcile(specs)
+        except Exception:
+            metrics.RECONCILE_ERRORS.inc()
+            raise
+
+    def _reconcile(self, specs: list[dict[str, Any]]) -> PublishResult:
+        actual = {obj["metadata"]["name"]: obj for obj in self.list_ours()}
+        generation = max((obj["spec"]["pool"].get("generation", 0) for obj in actual.values()), default=0)
+        desired = {slice_name(self.node_name, i): spec for i, spec in enumerate(specs)}
+        unchanged = set(actual) == set(desired) and all(
+            same_spec(_with_generation(spec, generation), actual[name]["spec"]) for name, spec in desired.items()
+        )
+        self._observe(specs)
+        if unchanged:
+            return PublishResult(generation=generation)
+        generation += 1
+        created = updated = deleted = 0
+        for name, spec in desired.items():
+            body: dict[str, Any] = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "ResourceSlice",
+                "metadata": {"name": name, "labels": dict(MANAGED_BY), "ownerReferences": self._owner()},
+                "spec": _with_generation(spec, generation),
+            }
+            if name in actual:
+                body["metadata"]["resourceVersion"] = actual[name]["metadata"]["resourceVersion"]
+                self.objects.replace_cluster_custom_object(GROUP, VERSION, PLURAL, name, body)
+                metrics.SLICE_WRITES.labels("update").inc()
+                updated += 1
+            else:
+                self.objects.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+                metrics.SLICE_WRITES.labels("create").inc()
+                created += 1
+        for name in set(actual) - set(desired):
+            try:
+                self.objects.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+            metrics.SLICE_WRITES.labels("delete").inc()
+            deleted += 1
+        return PublishResult(created, updated, deleted, generation)
+
+    def remove_all(self) -> int:
+        """Delete every slice of this node's pool (plugin uninstall)."""
+        removed = 0
+        for obj in self.list_ours():
+            try:
+                self.objects.delete_cluster_custom_object(GROUP, VERSION, PLURAL, obj["metadata"]["name"])
+                removed += 1
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+        return removed
+
+    @staticmethod
+    def _observe(specs: list[dict[str, Any]]) -> None:
+        metrics.SLICES_PUBLISHED.set(len(specs))
+        metrics.DEVICES_PUBLISHED.set(sum(len(spec.get("devices", [])) for spec in specs))
+
+
+def _with_generation(spec: dict[str, Any], generation: int) -> dict[str, Any]:
+    result = copy.deepcopy(spec)
+    result["pool"]["generation"] = generation
+    return result

@@ -1,0 +1,104 @@
+"""Keeps this node's ResourceSlices equal to what discovery reports.
+
+Re-publishes when the backend reports a change, when someone edits or deletes our slices
+(watch), and on a periodic resync; API errors (e.g. an apiserver restart) are retried with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from kubernetes import watch
+
+from dra_driver import DRIVER_NAME
+from dra_driver.discovery import Backend
+from dra_driver.inventory import Inventory
+from dra_driver.publish_config import PublishConfig
+from dra_driver.publisher import GROUP, PLURAL, VERSION, PublishResult, SlicePublisher
+from dra_driver.slices import build_slices
+
+log = logging.getLogger(__name__)
+
+
+class SliceController:
+    def __init__(
+        self,
+        backend: Backend,
+        publisher: SlicePublisher,
+        config: PublishConfig,
+        resync_s: float = 60.0,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self.backend = backend
+        self.publisher = publisher
+        self.config = config
+        self.resync_s = resync_s
+        self.max_backoff_s = max_backoff_s
+        self._wake = threading.Event()
+        self.inventory: Inventory | None = None
+        self.last_result: PublishResult | None = None
+        self.synced = threading.Event()
+
+    def trigger(self) -> None:
+        self._wake.set()
+
+    def sync_once(self) -> PublishResult:
+        inventory = self.backend.discover()
+        specs = build_slices(inventory, self.config, self.publisher.node_name)
+        result = self.publisher.reconcile(specs)
+        self.inventory = inventory
+        self.last_result = result
+        if result.writes:
+            log.info(
+                "published %d slice(s), generation %d (%d created, %d updated, %d deleted)",
+                len(specs),
+                result.generation,
+                result.created,
+                result.updated,
+                result.deleted,
+            )
+        self.synced.set()
+        return result
+
+    def run(self, stop: threading.Event) -> None:
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                self.sync_once()
+                backoff = 1.0
+                timeout = self.resync_s
+            except Exception as error:  # noqa: BLE001 - any failure is retried; the plugin keeps serving
+                log.warning("publishing ResourceSlices failed (retry in %.0fs): %s", backoff, error)
+                timeout = backoff
+                backoff = min(backoff * 2, self.max_backoff_s)
+            self._wake.wait(timeout)
+            self._wake.clear()
+
+    def watch_slices(self, stop: threading.Event) -> None:
+        """Any change to our slices by someone else triggers a reconcile (our own writes are no-ops)."""
+        selector = f"spec.nodeName={self.publisher.node_name},spec.driver={DRIVER_NAME}"
+        while not stop.is_set():
+            watcher = watch.Watch()
+            try:
+                stream: Any = watcher.stream(
+                    self.publisher.objects.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    PLURAL,
+                    field_selector=selector,
+                    timeout_seconds=30,
+                )
+                for event in stream:
+                    if event["type"] in ("MODIFIED", "DELETED"):
+                        self.trigger()
+                    if stop.is_set():
+                        watcher.stop()
+                        break
+            except Exception as error:  # noqa: BLE001 - API unavailable: retry after a pause
+                log.debug("slice watch interrupted: %s", error)
+                stop.wait(2)
+
+    def watch_backend(self, stop: threading.Event) -> None:
+        self.backend.watch(stop, self.trigger)

@@ -1,0 +1,261 @@
+"""Inventory + publish config -> ResourceSlice specs (resource.k8s.io/v1, 1.35+ layout). Pure.
+
+Whole GPUs and their partitions (MIG placements, fixed fractions) consume counters from one
+counter set per GPU, so the real scheduler never hands out a GPU and a part of it at once.
+Counter sets live in slices of their own; devices are split so each slice respects the API
+limits, and every slice carries the pool's total `resourceSliceCount`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dra_driver import DRIVER_NAME
+from dra_driver.inventory import Gpu, Health, Inventory, MigProfile
+from dra_driver.publish_config import PublishConfig
+
+MAX_DEVICES_PER_SLICE = 128
+MAX_DEVICES_PER_SLICE_ADVANCED = 64  # with taints, counters or list attributes
+MAX_COUNTER_SETS_PER_SLICE = 8
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+COMPUTE_UNITS = 1000  # the `compute` counter: thousandths of a GPU
+UNHEALTHY_TAINT_KEY = f"{DRIVER_NAME}/unhealthy"
+MIB = 1024 * 1024
+
+Spec = dict[str, Any]
+Device = dict[str, Any]
+
+_DNS_LABEL_INVALID = re.compile(r"[^a-z0-9-]+")
+
+
+def dns_label(text: str) -> str:
+    """`gpu-0-1g.10gb+me-3` -> `gpu-0-1g-10gb-me-3`."""
+    label = _DNS_LABEL_INVALID.sub("-", text.lower()).strip("-")
+    return re.sub(r"-{2,}", "-", label)[:63].rstrip("-")
+
+
+def semver(version: str) -> str:
+    """`550.90.07` -> `550.90.7`, `12.4` -> `12.4.0` (semver forbids leading zeros)."""
+    parts = [str(int(part)) for part in version.split(".")]
+    return ".".join([*parts, "0", "0"][:3])
+
+
+def counter_set_name(gpu: Gpu) -> str:
+    return f"gpu-{gpu.index}-counters"
+
+
+def whole_device_name(gpu: Gpu) -> str:
+    return f"gpu-{gpu.index}"
+
+
+def fraction_profile(denominator: int) -> str:
+    return f"1of{denominator}"
+
+
+def _common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "vendor": {"string": gpu.vendor.value},
+        "index": {"int": gpu.index},
+        "productName": {"string": gpu.product_name},
+        "brand": {"string": gpu.brand},
+        "architecture": {"string": gpu.architecture},
+        "resource.kubernetes.io/pciBusID": {"string": gpu.pci_bus_id},
+    }
+    if gpu.cuda_compute_capability:
+        attributes["cudaComputeCapability"] = {"version": semver(gpu.cuda_compute_capability)}
+    if inventory.driver_version:
+        attributes["driverVersion"] = {"version": semver(inventory.driver_version)}
+    if inventory.cuda_driver_version:
+        attributes["cudaDriverVersion"] = {"version": semver(inventory.cuda_driver_version)}
+    if gpu.numa_node is not None:
+        attributes["numaNode"] = {"int": gpu.numa_node}
+    if gpu.pcie_root:
+        attributes["resource.kubernetes.io/pcieRoot"] = {"string": gpu.pcie_root}
+    return attributes
+
+
+def _with_health(device: Device, gpu: Gpu) -> Device:
+    if gpu.health is Health.UNHEALTHY:
+        device["taints"] = [{"key": UNHEALTHY_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    return device
+
+
+def _memory_and_multiprocessors(gpu: Gpu, denominator: int) -> dict[str, Any]:
+    capacity: dict[str, Any] = {"memory": {"value": str(gpu.memory_bytes // denominator)}}
+    if gpu.multiprocessors:
+        capacity["multiprocessors"] = {"value": str(gpu.multiprocessors // denominator)}
+    return capacity
+
+
+def _whole_counters(gpu: Gpu) -> dict[str, Any]:
+    return {"memory": {"value": str(gpu.memory_bytes)}, "compute": {"value": str(COMPUTE_UNITS)}}
+
+
+def _whole_gpu(gpu: Gpu, inventory: Inventory, with_counters: bool) -> Device:
+    device: Device = {
+        "name": whole_device_name(gpu),
+        "attributes": {
+            "type": {"string": "gpu"},
+            "uuid": {"string": gpu.uuid},
+            "migCapable": {"bool": gpu.mig_capable},
+            **_common_attributes(gpu, inventory),
+        },
+        "capacity": _memory_and_multiprocessors(gpu, 1),
+    }
+    if with_counters:
+        device["consumesCounters"] = [{"counterSet": counter_set_name(gpu), "counters": _whole_counters(gpu)}]
+    return _with_health(device, gpu)
+
+
+def _fractions(gpu: Gpu, inventory: Inventory, denominators: tuple[int, ...]) -> list[Device]:
+    devices = []
+    for denominator in denominators:
+        memory = gpu.memory_bytes // denominator
+        for placement in range(denominator):
+            device: Device = {
+                "name": dns_label(f"gpu-{gpu.index}-{fraction_profile(denominator)}-{placement}"),
+                "attributes": {
+                    "type": {"string": "fraction"},
+                    "parentUUID": {"string": gpu.uuid},
+                    "fraction": {"string": f"1/{denominator}"},
+                    "profile": {"string": fraction_profile(denominator)},
+                    **_common_attributes(gpu, inventory),
+                },
+                "capacity": _memory_and_multiprocessors(gpu, denominator),
+                "consumesCounters": [
+                    {
+                        "counterSet": counter_set_name(gpu),
+                        "counters": {
+                            "memory": {"value": str(memory)},
+                            "compute": {"value": str(COMPUTE_UNITS // denominator)},
+                        },
+                    }
+                ],
+            }
+            devices.append(_with_health(device, gpu))
+    return devices
+
+
+def mig_device_name(gpu: Gpu, profile: MigProfile, start: int) -> str:
+    return dns_label(f"gpu-{gpu.index}-{profile.name}-{start}")
+
+
+def _mig_placements(gpu: Gpu, inventory: Inventory) -> list[Device]:
+    devices = []
+    for profile in gpu.mig_profiles:
+        for placement in profile.placements:
+            slices = range(placement.start, placement.start + placement.size)
+            device: Device = {
+                "name": mig_device_name(gpu, profile, placement.start),
+                "attributes": {
+                    "type": {"string": "mig"},
+                    "parentUUID": {"string": gpu.uuid},
+                    "profile": {"string": profile.name},
+                    "placementStart": {"int": placement.start},
+                    **_common_attributes(gpu, inventory),
+                },
+                "capacity": {
+                    "memory": {"value": str(profile.memory_size_mb * MIB)},
+                    "multiprocessors": {"value": str(profile.multiprocessor_count)},
+                    "copyEngines": {"value": str(profile.copy_engine_count)},
+                    "decoders": {"value": str(profile.decoder_count)},
+                    "encoders": {"value": str(profile.encoder_count)},
+                    "jpegEngines": {"value": str(profile.jpeg_count)},
+                    "ofaEngines": {"value": str(profile.ofa_count)},
+                },
+                "consumesCounters": [
+                    {
+                        "counterSet": counter_set_name(gpu),
+                        "counters": {f"memory-slice-{i}": {"value": "1"} for i in slices},
+                    }
+                ],
+            }
+            devices.append(_with_health(device, gpu))
+    return devices
+
+
+def _share(gpu: Gpu, inventory: Inventory, config: PublishConfig) -> Device:
+    device: Device = {
+        "name": f"gpu-{gpu.index}-share",
+        "allowMultipleAllocations": True,
+        "attributes": {
+            "type": {"string": "share"},
+            "uuid": {"string": gpu.uuid},
+            **_common_attributes(gpu, inventory),
+        },
+        "capacity": {
+            "memory": {
+                "value": str(gpu.memory_bytes),
+                "requestPolicy": {
+                    "default": f"{config.share_min_memory_mib}Mi",
+                    "validRange": {"min": f"{config.share_min_memory_mib}Mi", "step": "1Mi"},
+                },
+            },
+            "compute": {
+                "value": "100",
+                "requestPolicy": {
+                    "default": str(config.share_default_compute),
+                    "validRange": {"min": "1", "max": "100", "step": "1"},
+                },
+            },
+        },
+    }
+    return _with_health(device, gpu)
+
+
+def devices_and_counters(inventory: Inventory, config: PublishConfig) -> tuple[list[Device], list[Spec]]:
+    """Every device this node publishes, and the counter sets they consume."""
+    devices: list[Device] = []
+    counter_sets: list[Spec] = []
+    for gpu in sorted(inventory.gpus, key=lambda g: g.index):
+        if gpu.mig_enabled:
+            if not config.mig:
+                continue  # a GPU in MIG mode cannot run whole-GPU work
+            counter_sets.append(
+                {
+                    "name": counter_set_name(gpu),
+                    "counters": {f"memory-slice-{i}": {"value": "1"} for i in range(gpu.mig_memory_slices)},
+                }
+            )
+            devices.extend(_mig_placements(gpu, inventory))
+        elif config.shares(gpu.index):
+            devices.append(_share(gpu, inventory, config))
+        elif config.fractions:
+            counter_sets.append({"name": counter_set_name(gpu), "counters": _whole_counters(gpu)})
+            devices.append(_whole_gpu(gpu, inventory, with_counters=True))
+            devices.extend(_fractions(gpu, inventory, config.fractions))
+        else:
+            devices.append(_whole_gpu(gpu, inventory, with_counters=False))
+    return devices, counter_sets
+
+
+def _is_advanced(device: Device) -> bool:
+    return bool(device.get("taints") or device.get("consumesCounters"))
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def build_slices(inventory: Inventory, config: PublishConfig, node_name: str) -> list[Spec]:
+    """The pool's slice specs, in publishing order. Generation is left to the publisher."""
+    devices, counter_sets = devices_and_counters(inventory, config)
+    for device in devices:
+        fields = len(device["attributes"]) + len(device.get("capacity", {}))
+        if fields > MAX_ATTRIBUTES_AND_CAPACITIES:
+            raise ValueError(f"device {device['name']}: {fields} attributes+capacities exceed the API limit")
+    per_slice = MAX_DEVICES_PER_SLICE_ADVANCED if any(_is_advanced(d) for d in devices) else MAX_DEVICES_PER_SLICE
+    contents: list[Spec] = [{"sharedCounters": chunk} for chunk in _chunks(counter_sets, MAX_COUNTER_SETS_PER_SLICE)]
+    contents += [{"devices": chunk} for chunk in _chunks(devices, per_slice)]
+    if not contents:
+        contents = [{"devices": []}]  # an empty pool still tells the scheduler "this node has none"
+    return [
+        {
+            "driver": DRIVER_NAME,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "resourceSliceCount": len(contents)},
+            **content,
+        }
+        for content in contents
+    ]
