@@ -52,14 +52,12 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         start_http_server(settings.metrics_port, settings.metrics_address)
     publisher = SlicePublisher(api_client(settings.kubeconfig), settings.node_name)
     controller = SliceController(settings.backend, publisher, settings.publish, resync_s=settings.resync_s)
-    threads = [
-        _thread("slices", controller.run, stop),
-        _thread("slice-watch", controller.watch_slices, stop),
-        _thread("discovery-watch", controller.watch_backend, stop),
-    ]
+    publishing = _thread("slices", controller.run, stop)
+    # Watchers block in long reads; they are daemons and end with the process.
+    _thread("slice-watch", controller.watch_slices, stop)
+    _thread("discovery-watch", controller.watch_backend, stop)
     log.info("node plugin for %s running (backend %s)", settings.node_name, settings.backend.name)
     stop.wait()
     controller.trigger()
-    for thread in threads:
-        thread.join(timeout=5)
+    publishing.join(timeout=5)
     return 0

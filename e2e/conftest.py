@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,3 +64,39 @@ def fake_nodes(api: client.ApiClient) -> Iterator[Callable[..., str]]:
     for name in created:
         with contextlib.suppress(client.ApiException):
             core.delete_node(name)
+
+
+@pytest.fixture
+def plugin_processes(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start real `nativedra plugin` processes against the test cluster; stopped after the test."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(node: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (tmp_path / f"plugin-{node}.log").open("wb")
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nativedra.cli",
+                "plugin",
+                "--node-name",
+                node,
+                "--kubeconfig",
+                str(control_plane.kubeconfig),
+                *args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.terminate()
+    for process in started:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

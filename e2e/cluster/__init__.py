@@ -3,14 +3,14 @@
 from e2e.cluster.binaries import Binaries, BinaryError, pinned_version, resolve
 from e2e.cluster.controlplane import ControlPlane, ControlPlaneError, recorded_state, stop_recorded
 from e2e.cluster.nodes import create_fake_node
-from e2e.cluster.waits import WaitTimeout, wait_for, wait_pod_scheduled, wait_pod_unschedulable
+from e2e.cluster.waits import WaitTimeoutError, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 
 __all__ = [
     "Binaries",
     "BinaryError",
     "ControlPlane",
     "ControlPlaneError",
-    "WaitTimeout",
+    "WaitTimeoutError",
     "create_fake_node",
     "pinned_version",
     "recorded_state",

@@ -11,7 +11,7 @@ from kubernetes import client
 T = TypeVar("T")
 
 
-class WaitTimeout(AssertionError):
+class WaitTimeoutError(AssertionError):
     """The awaited condition did not hold in time; the message carries the evidence."""
 
 
@@ -29,7 +29,7 @@ def wait_for(
         if result:
             return result
         if time.monotonic() > deadline:
-            raise WaitTimeout(f"timed out after {timeout_s:.0f}s waiting for {what}\n{explain()}")
+            raise WaitTimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{explain()}")
         time.sleep(interval_s)
 
 

@@ -1,0 +1,66 @@
+"""The nvml backend reads NVML into the same inventory the simulated profile of the GPU gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dra_driver.discovery import DiscoveryError
+from dra_driver.discovery.nvml import NvmlBackend, cuda_version, load_nvml, read_inventory
+from dra_driver.discovery.pci import normalize_bus_id
+from dra_driver.discovery.simulated import load_profile, resolve_profile
+from tests.fake_nvml import FakeNvml
+from tests.fakesys import FakePciDevice, build_sysfs
+
+
+@pytest.mark.parametrize("profile", ["h100-8x", "a100-8x", "l4-4x"])
+def test_nvml_inventory_equals_simulated_profile(profile: str, tmp_path: Path) -> None:
+    expected = load_profile(resolve_profile(profile))
+    sys_root = build_sysfs(
+        tmp_path, [FakePciDevice(bus_id=g.pci_bus_id, pcie_root=str(g.pcie_root)) for g in expected.gpus]
+    )
+    actual = read_inventory(FakeNvml(expected), sys_root)
+    assert actual == expected
+
+
+def test_numa_falls_back_to_sysfs_when_nvml_has_none(tmp_path: Path) -> None:
+    expected = load_profile(resolve_profile("l4-4x"))
+    nvml = FakeNvml(
+        expected.model_copy(update={"gpus": tuple(g.model_copy(update={"numa_node": None}) for g in expected.gpus)})
+    )
+
+    def no_numa(_handle: int) -> int:
+        raise nvml.NVMLError(3)
+
+    nvml.nvmlDeviceGetNumaNodeId = no_numa  # type: ignore[method-assign,assignment]
+    sys_root = build_sysfs(
+        tmp_path, [FakePciDevice(bus_id=g.pci_bus_id, pcie_root=str(g.pcie_root), numa_node=1) for g in expected.gpus]
+    )
+    assert {g.numa_node for g in read_inventory(nvml, sys_root).gpus} == {1}
+
+
+def test_backend_marks_gpus_unhealthy_by_uuid(tmp_path: Path) -> None:
+    expected = load_profile(resolve_profile("l4-4x"))
+    backend = NvmlBackend(sys_root=tmp_path, nvml=FakeNvml(expected))
+    backend.unhealthy.add(expected.gpus[2].uuid)
+    health = [g.health.value for g in backend.discover().gpus]
+    assert health == ["Healthy", "Healthy", "Unhealthy", "Healthy"]
+
+
+def test_missing_nvml_says_so_and_suggests_another_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pynvml  # noqa: PLC0415
+
+    def library_not_found() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", library_not_found)  # as on a node without the NVIDIA driver
+    with pytest.raises(DiscoveryError) as error:
+        load_nvml()
+    assert "NVML is not available" in str(error.value)
+    assert "--backend sysfs" in str(error.value) and "--backend simulated" in str(error.value)
+
+
+def test_formats() -> None:
+    assert normalize_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
+    assert cuda_version(12040) == "12.4"

@@ -1,0 +1,112 @@
+"""Shipped profiles load; bad profiles fail with the file, the GPU and the field named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dra_driver.discovery.simulated import ProfileError, load_profile, packaged_profiles, resolve_profile
+from dra_driver.inventory import Vendor
+
+SHIPPED = ("h100-8x", "a100-8x", "l4-4x", "mi300x-8x")
+
+
+def test_every_required_profile_ships() -> None:
+    assert set(SHIPPED) <= set(packaged_profiles())
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_profile_loads_with_unique_indexes(name: str) -> None:
+    inventory = load_profile(resolve_profile(name))
+    indexes = [gpu.index for gpu in inventory.gpus]
+    assert indexes == sorted(set(indexes))
+    assert all(gpu.memory_bytes > 0 for gpu in inventory.gpus)
+
+
+def test_h100_profile_is_two_numa_nodes_of_mig_capable_gpus() -> None:
+    inventory = load_profile(resolve_profile("h100-8x"))
+    assert len(inventory.gpus) == 8
+    assert {gpu.numa_node for gpu in inventory.gpus} == {0, 1}
+    assert all(gpu.mig_capable and gpu.mig_memory_slices == 8 for gpu in inventory.gpus)
+    one_g = next(p for p in inventory.gpus[0].mig_profiles if p.name == "1g.10gb")
+    assert [p.start for p in one_g.placements] == list(range(7))
+
+
+def test_mi300x_profile_is_amd() -> None:
+    inventory = load_profile(resolve_profile("mi300x-8x"))
+    assert {gpu.vendor for gpu in inventory.gpus} == {Vendor.AMD}
+
+
+def _write(tmp_path: Path, document: object) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _h100_document() -> dict[str, object]:
+    return dict(yaml.safe_load(resolve_profile("h100-8x").read_text()))
+
+
+def test_wrong_type_names_file_gpu_and_field(tmp_path: Path) -> None:
+    document = _h100_document()
+    document["gpus"][2]["numaNode"] = "zero"  # type: ignore[index]
+    path = _write(tmp_path, document)
+    with pytest.raises(ProfileError) as error:
+        load_profile(path)
+    message = str(error.value)
+    assert str(path) in message
+    assert "gpus[2] (index 2)" in message
+    assert "numaNode" in message
+
+
+def test_unknown_field_is_rejected_by_name(tmp_path: Path) -> None:
+    document = _h100_document()
+    document["gpus"][1]["colour"] = "green"  # type: ignore[index]
+    with pytest.raises(ProfileError, match=r"gpus\[1\] \(index 1\).*colour"):
+        load_profile(_write(tmp_path, document))
+
+
+def test_unknown_top_level_field_is_rejected(tmp_path: Path) -> None:
+    document = _h100_document()
+    document["nodes"] = 3
+    with pytest.raises(ProfileError, match=r"unknown field.*nodes"):
+        load_profile(_write(tmp_path, document))
+
+
+def test_duplicate_index_names_both_entries(tmp_path: Path) -> None:
+    document = _h100_document()
+    document["gpus"][5]["index"] = 3  # type: ignore[index]
+    with pytest.raises(
+        ProfileError, match=r"gpus\[5\] \(index 3\): field 'index': duplicate GPU index 3 \(also gpus\[3\]\)"
+    ):
+        load_profile(_write(tmp_path, document))
+
+
+def test_unknown_model_is_named(tmp_path: Path) -> None:
+    document = _h100_document()
+    document["gpus"][0]["model"] = "b300"  # type: ignore[index]
+    with pytest.raises(ProfileError, match=r"gpus\[0\].*model.*b300"):
+        load_profile(_write(tmp_path, document))
+
+
+def test_mig_placement_beyond_memory_slices_is_rejected(tmp_path: Path) -> None:
+    document = _h100_document()
+    document["models"]["h100-sxm5-80gb"]["migMemorySlices"] = 4  # type: ignore[index]
+    with pytest.raises(ProfileError, match="exceeds migMemorySlices=4"):
+        load_profile(_write(tmp_path, document))
+
+
+def test_json_profiles_are_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "one.json"
+    path.write_text(
+        '{"gpus": [{"vendor": "nvidia", "index": 0, "minor": 0, "uuid": "GPU-1", "productName": "NVIDIA L4",'
+        ' "brand": "NVIDIA", "architecture": "Ada Lovelace", "memoryBytes": 1024, "pciBusID": "0000:01:00.0"}]}'
+    )
+    assert load_profile(path).gpus[0].product_name == "NVIDIA L4"
+
+
+def test_unknown_profile_name_lists_shipped_ones() -> None:
+    with pytest.raises(ProfileError, match="h100-8x"):
+        resolve_profile("no-such-profile")
