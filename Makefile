@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-PACKAGES := nativedra dra_driver cdi extender e2e
+# Only packages that exist in this checkout (later components add theirs).
+PACKAGES := $(patsubst %/__init__.py,%,$(wildcard nativedra/__init__.py dra_driver/__init__.py cdi/__init__.py extender/__init__.py e2e/__init__.py))
 
 .PHONY: demo test lint unit e2e bench venv clean down
 

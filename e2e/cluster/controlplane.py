@@ -166,7 +166,8 @@ class ControlPlane:
 
     # -- process start-up -------------------------------------------------------------------
 
-    def _spawn(self, name: str, exe: Path, args: list[str]) -> None:
+    def spawn(self, name: str, exe: Path, args: list[str]) -> RecordedProcess:
+        """Start a process that belongs to this cluster: recorded, logged, and stopped with it."""
         log_path = self.state_dir / "logs" / f"{name}.log"
         with log_path.open("ab") as out:
             popen = subprocess.Popen(
@@ -177,8 +178,11 @@ class ControlPlane:
                 start_new_session=True,
                 preexec_fn=_die_with_parent if self.tie_to_parent else None,  # noqa: PLW1509
             )
-        self.processes.append(RecordedProcess(name, popen.pid, str(exe), str(log_path)))
+        # /proc/<pid>/exe names the resolved file, so record that (a venv's python is a symlink).
+        recorded = RecordedProcess(name, popen.pid, str(Path(exe).resolve()), str(log_path))
+        self.processes.append(recorded)
         self._save_state()
+        return recorded
 
     def _save_state(self) -> None:
         state = {
@@ -195,7 +199,7 @@ class ControlPlane:
         data = self.state_dir / "etcd"
         data.mkdir(mode=0o700)
         etcd_url = f"http://127.0.0.1:{self.ports['etcd']}"
-        self._spawn(
+        self.spawn(
             "etcd",
             self.binaries.etcd,
             [
@@ -212,7 +216,7 @@ class ControlPlane:
 
     def _start_apiserver(self, certs: pki_mod.Pki, token_file: Path) -> None:
         gates = feature_gates(self.binaries.version)
-        self._spawn(
+        self.spawn(
             "kube-apiserver",
             self.binaries.kube_apiserver,
             [
@@ -260,7 +264,7 @@ class ControlPlane:
         )
         config_path = self.state_dir / "scheduler-config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self._spawn(
+        self.spawn(
             "kube-scheduler",
             self.binaries.kube_scheduler,
             [
@@ -278,7 +282,7 @@ class ControlPlane:
     def _start_controller_manager(self, certs: pki_mod.Pki) -> None:
         kubeconfig = self.state_dir / "controller-manager.kubeconfig"
         self._write_kubeconfig(kubeconfig, "system:kube-controller-manager", certs.ca_cert)
-        self._spawn(
+        self.spawn(
             "kube-controller-manager",
             self.binaries.kube_controller_manager,
             [

@@ -1,0 +1,1 @@
+"""Benchmarks with fixed workloads; every figure is printed next to a baseline measured in the same run."""

@@ -1,0 +1,38 @@
+"""`python -m bench [NAME ...]`: run benchmarks against a fresh local control plane."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from kubernetes import client, config
+
+from bench import bench_slices
+from e2e.cluster import ControlPlane, resolve
+
+BENCHMARKS: dict[str, Callable[[client.ApiClient], Iterator[str]]] = {"slices": bench_slices.run}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("names", nargs="*", choices=[*BENCHMARKS, []], help="benchmarks to run (default: all)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="nativedra-bench-") as state:
+        plane = ControlPlane(state_dir=Path(state) / "cluster", binaries=resolve())
+        plane.start()
+        try:
+            api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+            for name in args.names or BENCHMARKS:
+                print(f"== {name}", flush=True)
+                for line in BENCHMARKS[name](api):
+                    print(line, flush=True)
+        finally:
+            plane.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""A map of who holds which GPU, readable at a glance: per node, per GPU, the pods on it, with
+fractions, MIG slices and shares drawn as parts of the GPU, and pending pods with their reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from kubernetes import client
+from kubernetes.utils import parse_quantity
+
+from dra_driver import DRIVER_NAME
+
+BAR = 16
+MIG_MEMORY_SLICES = 8
+
+
+@dataclass
+class Holding:
+    device: str
+    kind: str
+    share: float  # part of the GPU, 0..1
+    label: str
+    pods: list[str]
+
+
+@dataclass
+class GpuView:
+    index: int
+    product: str
+    numa: int | None
+    holdings: list[Holding] = field(default_factory=list)
+
+    @property
+    def used(self) -> float:
+        return min(1.0, sum(h.share for h in self.holdings))
+
+
+@dataclass
+class NodeView:
+    name: str
+    labels: dict[str, str]
+    gpus: dict[int, GpuView] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterMap:
+    nodes: list[NodeView]
+    pending: list[tuple[str, str]]  # (namespace/pod, scheduler's reason)
+    bound: dict[str, str]  # namespace/pod -> node
+
+
+def _holding(device: dict[str, Any], result: dict[str, Any], pods: list[str]) -> Holding:
+    attributes = device["attributes"]
+    kind = attributes["type"]["string"]
+    if kind == "fraction":
+        numerator, denominator = attributes["fraction"]["string"].split("/")
+        return Holding(device["name"], kind, int(numerator) / int(denominator), attributes["fraction"]["string"], pods)
+    if kind == "mig":
+        counters = device["consumesCounters"][0]["counters"]
+        return Holding(device["name"], kind, len(counters) / MIG_MEMORY_SLICES, attributes["profile"]["string"], pods)
+    if kind == "share":
+        total = Decimal(parse_quantity(device["capacity"]["memory"]["value"]))
+        used = Decimal(parse_quantity(result.get("consumedCapacity", {}).get("memory", "0")))
+        return Holding(
+            device["name"],
+            kind,
+            float(used / total),
+            f"share {result.get('consumedCapacity', {}).get('memory', '?')}",
+            pods,
+        )
+    return Holding(device["name"], kind, 1.0, "whole", pods)
+
+
+def build_map(
+    nodes: list[dict[str, Any]], slices: list[dict[str, Any]], claims: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> ClusterMap:
+    """Pure: API objects (as dicts) -> map."""
+    views = {n["metadata"]["name"]: NodeView(n["metadata"]["name"], n["metadata"].get("labels", {})) for n in nodes}
+    devices: dict[tuple[str, str], dict[str, Any]] = {}
+    for resource_slice in slices:
+        spec = resource_slice["spec"]
+        node = spec.get("nodeName")
+        if spec["driver"] != DRIVER_NAME or node not in views:
+            continue
+        for device in spec.get("devices", []):
+            devices[(node, device["name"])] = device
+            attributes = device["attributes"]
+            index = attributes["index"]["int"]
+            if index not in views[node].gpus:
+                views[node].gpus[index] = GpuView(
+                    index, attributes["productName"]["string"], attributes.get("numaNode", {}).get("int")
+                )
+    for claim in claims:
+        allocation = claim.get("status", {}).get("allocation")
+        if not allocation:
+            continue
+        namespace = claim["metadata"]["namespace"]
+        holders = [
+            f"{namespace}/{r['name']}" for r in claim["status"].get("reservedFor", []) if r.get("resource") == "pods"
+        ]
+        for result in allocation["devices"]["results"]:
+            device = devices.get((result["pool"], result["device"]))
+            if result["driver"] != DRIVER_NAME or device is None:
+                continue
+            index = device["attributes"]["index"]["int"]
+            views[result["pool"]].gpus[index].holdings.append(_holding(device, result, holders))
+    pending, bound = [], {}
+    for pod in pods:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        if pod["spec"].get("nodeName"):
+            bound[key] = pod["spec"]["nodeName"]
+            continue
+        reason = next(
+            (c.get("message", "") for c in pod.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"),
+            "not yet considered by the scheduler",
+        )
+        pending.append((key, reason))
+    return ClusterMap(sorted(views.values(), key=lambda v: v.name), sorted(pending), bound)
+
+
+def _bar(used: float) -> str:
+    filled = round(used * BAR)
+    return "[" + "#" * filled + "." * (BAR - filled) + "]"
+
+
+def render_text(cluster: ClusterMap, topology_labels: tuple[str, ...] = ()) -> str:
+    lines = []
+    for node in cluster.nodes:
+        if not node.gpus:
+            continue
+        where = " ".join(f"{key.split('/')[-1]}={node.labels[key]}" for key in topology_labels if key in node.labels)
+        lines.append(f"node {node.name}  {where}  ({len(node.gpus)} GPUs, {next(iter(node.gpus.values())).product})")
+        for gpu in sorted(node.gpus.values(), key=lambda g: g.index):
+            parts = (
+                "; ".join(f"{h.label} -> {', '.join(h.pods) or '(claim not in use)'}" for h in gpu.holdings) or "free"
+            )
+            numa = "-" if gpu.numa is None else gpu.numa
+            lines.append(f"  gpu-{gpu.index:<2} numa {numa}  {_bar(gpu.used)}  {parts}")
+    lines.append("")
+    if cluster.pending:
+        lines.append("pending pods:")
+        lines.extend(f"  {pod}: {reason}" for pod, reason in cluster.pending)
+    else:
+        lines.append("pending pods: none")
+    return "\n".join(lines)
+
+
+def read_map(api: client.ApiClient) -> ClusterMap:
+    objects = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    sanitize = api.sanitize_for_serialization
+    return build_map(
+        [sanitize(n) for n in core.list_node().items],
+        objects.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"],
+        objects.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")["items"],
+        [sanitize(p) for p in core.list_pod_for_all_namespaces().items],
+    )
