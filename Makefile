@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # Only packages that exist in this checkout (later components add theirs).
 PACKAGES := $(patsubst %/__init__.py,%,$(wildcard nativedra/__init__.py dra_driver/__init__.py cdi/__init__.py extender/__init__.py e2e/__init__.py))
 
-.PHONY: demo test lint unit e2e bench venv clean down
+.PHONY: demo test lint unit e2e bench venv clean down protos
 
 venv: $(VENV)/.installed
 
@@ -33,9 +33,15 @@ unit: venv
 e2e: venv
 	$(BIN)/pytest e2e $(PYTEST_ARGS)
 
-# Lint and types first (seconds), then every unit and e2e test in one pytest run.
+# Lint, types and generated-code freshness first (seconds), then the Kubernetes binaries (built once,
+# outside any test timeout), then every unit and e2e test in one pytest run.
 test: lint
+	$(BIN)/python -m dra_driver.proto.generate --check
+	$(BIN)/nativedra cluster build >/dev/null
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
+
+protos: venv
+	$(BIN)/python -m dra_driver.proto.generate
 
 bench: venv
 	$(BIN)/python -m bench

@@ -24,6 +24,7 @@ def _add_discovery_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--backend", choices=BACKENDS, default="nvml", help="how GPUs are discovered")
     add_flag(parser, "--profile", help="simulated backend: profile file, or a shipped name such as h100-8x")
     add_flag(parser, "--sys-root", type=Path, default=Path("/sys"), help="sysfs root (a fake tree in tests)")
+    add_flag(parser, "--fault-file", type=Path, help="simulated backend: YAML `unhealthy: [index|uuid, ...]`")
 
 
 def _add_publish_flags(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +54,7 @@ def publish_config_from(args: argparse.Namespace) -> PublishConfig:
 
 
 def _backend(args: argparse.Namespace) -> Backend:
-    return make_backend(args.backend, args.profile, args.sys_root)
+    return make_backend(args.backend, args.profile, args.sys_root, args.fault_file)
 
 
 def _plugin(args: argparse.Namespace) -> int:
@@ -63,6 +64,11 @@ def _plugin(args: argparse.Namespace) -> int:
             backend=_backend(args),
             publish=publish_config_from(args),
             kubeconfig=args.kubeconfig,
+            registry_dir=args.registry_dir,
+            plugin_dir=args.plugin_dir,
+            cdi_dir=args.cdi_dir,
+            dev_root=args.dev_root,
+            pod_uid=args.pod_uid or None,
             metrics_port=args.metrics_port,
         )
         settings.backend.discover()  # fail at start, with the reason, on a bad profile or missing NVML
@@ -131,6 +137,23 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_flag(plugin, "--node-name", required=True, help="this node's name (downward API spec.nodeName)")
     add_flag(plugin, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
     add_flag(plugin, "--metrics-port", type=int, default=0, help="Prometheus /metrics port (0 = off)")
+    add_flag(
+        plugin,
+        "--registry-dir",
+        type=Path,
+        default=Path("/var/lib/kubelet/plugins_registry"),
+        help="kubelet plugin registry (registration socket)",
+    )
+    add_flag(
+        plugin,
+        "--plugin-dir",
+        type=Path,
+        default=Path("/var/lib/kubelet/plugins"),
+        help="kubelet plugins dir; DRA socket and checkpoint under <dir>/gpu.nativedra.dev (same path in the pod)",
+    )
+    add_flag(plugin, "--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where per-claim CDI specs are written")
+    add_flag(plugin, "--dev-root", type=Path, default=Path("/dev"), help="the host's /dev (device numbers for CDI)")
+    add_flag(plugin, "--pod-uid", help="this pod's UID (downward API): per-pod sockets for seamless rolling updates")
     _add_discovery_flags(plugin)
     _add_publish_flags(plugin)
     plugin.set_defaults(handler=_plugin)

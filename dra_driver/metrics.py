@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 SLICES_PUBLISHED = Gauge("nativedra_resourceslices_published", "ResourceSlices this plugin currently publishes")
 DEVICES_PUBLISHED = Gauge("nativedra_devices_published", "Devices in this plugin's ResourceSlices")
 SLICE_WRITES = Counter("nativedra_resourceslice_writes_total", "ResourceSlice API writes by verb", ["verb"])
 RECONCILE_ERRORS = Counter("nativedra_resourceslice_reconcile_errors_total", "Failed ResourceSlice reconciliations")
+
+PREPARE_SECONDS = Histogram(
+    "nativedra_claim_operation_seconds",
+    "Duration of NodePrepareResources / NodeUnprepareResources per claim",
+    ["operation"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+CLAIM_ERRORS = Counter("nativedra_claim_errors_total", "Failed claim operations by reason", ["operation", "reason"])
+PREPARED_CLAIMS = Gauge("nativedra_prepared_claims", "Claims currently prepared on this node")

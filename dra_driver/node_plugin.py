@@ -1,4 +1,4 @@
-"""The node plugin process: discovery + slice publishing (+ kubelet gRPC), metrics, shutdown."""
+"""The node plugin process: discovery + slice publishing, kubelet gRPC, metrics, shutdown."""
 
 from __future__ import annotations
 
@@ -12,10 +12,15 @@ from types import FrameType
 
 from prometheus_client import start_http_server
 
+from dra_driver import DRIVER_NAME
+from dra_driver.checkpoint import Checkpoint, boot_id
 from dra_driver.discovery import Backend
+from dra_driver.grpc_server import HealthServicer, KubeletServers
+from dra_driver.prepare import ClaimPreparer, spec_store
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slice_controller import SliceController
+from dra_driver.sockets import dra_socket, registration_socket
 from nativedra.kube import api_client
 
 log = logging.getLogger(__name__)
@@ -27,9 +32,19 @@ class PluginSettings:
     backend: Backend
     publish: PublishConfig
     kubeconfig: Path | None
+    registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    plugin_dir: Path = Path("/var/lib/kubelet/plugins")
+    cdi_dir: Path = Path("/var/run/cdi")
+    dev_root: Path = Path("/dev")
+    pod_uid: str | None = None
     metrics_address: str = "0.0.0.0"  # noqa: S104 - scraped by Prometheus from outside the pod
     metrics_port: int = 0  # 0: no metrics endpoint
     resync_s: float = 60.0
+
+    @property
+    def data_dir(self) -> Path:
+        """Plugin state; the same path inside and outside the container."""
+        return self.plugin_dir / DRIVER_NAME
 
 
 def _thread(name: str, target: Callable[[threading.Event], None], stop: threading.Event) -> threading.Thread:
@@ -50,14 +65,36 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         signal.signal(signal.SIGINT, on_signal)
     if settings.metrics_port:
         start_http_server(settings.metrics_port, settings.metrics_address)
-    publisher = SlicePublisher(api_client(settings.kubeconfig), settings.node_name)
-    controller = SliceController(settings.backend, publisher, settings.publish, resync_s=settings.resync_s)
+    api = api_client(settings.kubeconfig)
+    controller = SliceController(
+        settings.backend, SlicePublisher(api, settings.node_name), settings.publish, resync_s=settings.resync_s
+    )
+    controller.discover()
+    checkpoint = Checkpoint(settings.data_dir / "checkpoint.json", boot_id())
+    preparer = ClaimPreparer(
+        api,
+        settings.node_name,
+        controller.published_devices,
+        checkpoint=checkpoint,
+        specs=spec_store(settings.cdi_dir),
+        dev_root=settings.dev_root,
+        mig_supported=settings.backend.name == "simulated",  # on-demand MIG creation: simulated only for now
+    )
+    preparer.reconcile()
+    servers = KubeletServers(
+        preparer,
+        HealthServicer(settings.node_name, controller.device_health, controller.inventory_changed),
+        registration_socket(settings.registry_dir, settings.pod_uid),
+        dra_socket(settings.plugin_dir, settings.pod_uid),
+    )
+    servers.start()
     publishing = _thread("slices", controller.run, stop)
     # Watchers block in long reads; they are daemons and end with the process.
     _thread("slice-watch", controller.watch_slices, stop)
     _thread("discovery-watch", controller.watch_backend, stop)
     log.info("node plugin for %s running (backend %s)", settings.node_name, settings.backend.name)
     stop.wait()
+    servers.stop()
     controller.trigger()
     publishing.join(timeout=5)
     return 0

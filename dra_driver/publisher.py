@@ -17,6 +17,7 @@ from dra_driver import DRIVER_NAME, metrics
 GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceslices"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nativedra"}
 QUANTITY_KEYS = frozenset({"value", "default", "min", "max", "step", "validValues"})
+QUANTITY_SECTIONS = frozenset({"capacity", "counters"})  # only there are "value"s quantities
 _DRIVER_SLUG = DRIVER_NAME.replace(".", "-")
 MAX_NAME = 253
 
@@ -42,13 +43,17 @@ def slice_name(node_name: str, position: int) -> str:
     return f"{node_name[: MAX_NAME - len(suffix) - 11]}-{digest}{suffix}"
 
 
-def _normalize(value: Any, key: str | None = None) -> Any:
+def _normalize(value: Any, key: str | None = None, quantities: bool = False) -> Any:
     """Remove what the API server adds or rewrites: taint timestamps, quantity spellings."""
     if isinstance(value, dict):
-        return {k: _normalize(v, k) for k, v in value.items() if k != "timeAdded" and v is not None}
+        return {
+            k: _normalize(v, k, quantities or k in QUANTITY_SECTIONS)
+            for k, v in value.items()
+            if k != "timeAdded" and v is not None
+        }
     if isinstance(value, list):
-        return [_normalize(item, key) for item in value]
-    if key in QUANTITY_KEYS and isinstance(value, str | int):
+        return [_normalize(item, key, quantities) for item in value]
+    if quantities and key in QUANTITY_KEYS and isinstance(value, str | int):
         return Decimal(parse_quantity(value))
     return value
 

@@ -14,10 +14,10 @@ from kubernetes import watch
 
 from dra_driver import DRIVER_NAME
 from dra_driver.discovery import Backend
-from dra_driver.inventory import Inventory
+from dra_driver.inventory import Gpu, Inventory
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import GROUP, PLURAL, VERSION, PublishResult, SlicePublisher
-from dra_driver.slices import build_slices
+from dra_driver.slices import build_slices, devices_and_counters
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +40,34 @@ class SliceController:
         self.inventory: Inventory | None = None
         self.last_result: PublishResult | None = None
         self.synced = threading.Event()
+        self.inventory_changed = threading.Condition()  # health watchers wait on it
 
     def trigger(self) -> None:
         self._wake.set()
 
-    def sync_once(self) -> PublishResult:
+    def discover(self) -> Inventory:
+        """Discovery alone (no API): the kubelet side can serve before the first publish."""
         inventory = self.backend.discover()
+        if inventory != self.inventory:
+            with self.inventory_changed:
+                self.inventory = inventory
+                self.inventory_changed.notify_all()
+        return inventory
+
+    def published_devices(self) -> dict[str, tuple[dict[str, Any], Gpu]]:
+        """Every device this node publishes, by name, with its GPU."""
+        inventory = self.inventory or self.discover()
+        devices, _ = devices_and_counters(inventory, self.config)
+        gpus = inventory.by_index()
+        return {d["name"]: (d, gpus[d["attributes"]["index"]["int"]]) for d in devices}
+
+    def device_health(self) -> dict[str, str]:
+        return {name: gpu.health.value for name, (_, gpu) in self.published_devices().items()}
+
+    def sync_once(self) -> PublishResult:
+        inventory = self.discover()
         specs = build_slices(inventory, self.config, self.publisher.node_name)
         result = self.publisher.reconcile(specs)
-        self.inventory = inventory
         self.last_result = result
         if result.writes:
             log.info(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -100,3 +103,112 @@ def plugin_processes(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Ca
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+class NodePlugin:
+    """A `nativedra plugin` process with its own kubelet directories, restartable like a pod."""
+
+    def __init__(self, control_plane: ControlPlane, root: Path, node: str, args: tuple[str, ...]) -> None:
+        self.control_plane = control_plane
+        self.root = root
+        self.node = node
+        self.args = args
+        self.registry_dir = root / "registry"
+        self.plugin_dir = root / "plugins"
+        self.cdi_dir = root / "cdi"
+        self.fault_file = root / "faults.yaml"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = root / "plugin.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.plugin_dir / "gpu.nativedra.dev"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / "gpu.nativedra.dev-reg.sock"
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.data_dir / "dra.sock"
+
+    def start(self, env: dict[str, str] | None = None) -> None:
+        with self.log.open("ab") as log:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "nativedra.cli",
+                    "plugin",
+                    "--node-name",
+                    self.node,
+                    "--kubeconfig",
+                    str(self.control_plane.kubeconfig),
+                    "--registry-dir",
+                    str(self.registry_dir),
+                    "--plugin-dir",
+                    str(self.plugin_dir),
+                    "--cdi-dir",
+                    str(self.cdi_dir),
+                    "--dev-root",
+                    str(self.root / "dev"),
+                    "--fault-file",
+                    str(self.fault_file),
+                    *self.args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+            )
+        self.process = process
+        wait_for(
+            lambda: process.poll() is not None or self.answers(),
+            30,
+            "the plugin to answer GetInfo on its registration socket",
+            self.log.read_text,
+        )
+        assert process.poll() is None, self.log.read_text()
+
+    def answers(self) -> bool:
+        """Serving, as the kubelet checks it (a socket file left by a killed process does not count)."""
+        from e2e.kubelet import plugin_info  # noqa: PLC0415
+
+        return plugin_info(self.registration_socket) is not None
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def wait_dead(self) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=30)
+
+
+@pytest.fixture
+def node_plugin(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., NodePlugin]]:
+    """Factory: a plugin for `node` with a fake /dev of 8 NVIDIA GPUs; stopped after the test."""
+    from e2e.kubelet import make_dev_tree  # noqa: PLC0415 - grpc stubs load only for tests that need them
+
+    plugins: list[NodePlugin] = []
+    roots: list[Path] = []
+
+    def start(node: str, *args: str) -> NodePlugin:
+        # Unix socket paths must stay under 108 bytes: pytest's tmp paths are too long.
+        root = Path(tempfile.mkdtemp(prefix="nd-", dir="/tmp"))
+        roots.append(root)
+        make_dev_tree(root / "dev", range(8))
+        plugin = NodePlugin(control_plane, root, node, args or ("--backend", "simulated", "--profile", "h100-8x"))
+        plugin.start()
+        plugins.append(plugin)
+        return plugin
+
+    yield start
+    for plugin in plugins:
+        plugin.stop()
+    for root in roots:
+        shutil.rmtree(root, ignore_errors=True)

@@ -104,15 +104,7 @@ def pod_claim(api: client.ApiClient, namespace: str, pod: str) -> dict[str, Any]
 
 def allocated_results(api: client.ApiClient, namespace: str, pod: str, timeout_s: float = 60) -> list[dict[str, Any]]:
     """Wait for the pod's claim to be allocated and return its device results."""
-
-    def results() -> list[dict[str, Any]] | None:
-        claim = pod_claim(api, namespace, pod)
-        allocation = (claim or {}).get("status", {}).get("allocation")
-        return list(allocation["devices"]["results"]) if allocation else None
-
-    return wait_for(
-        results, timeout_s, f"allocation of pod {namespace}/{pod}'s claim", lambda: describe_pod(api, namespace, pod)
-    )
+    return list(allocated_claim(api, namespace, pod, timeout_s)["status"]["allocation"]["devices"]["results"])
 
 
 def published_devices(api: client.ApiClient, node: str) -> dict[str, dict[str, Any]]:
@@ -128,3 +120,21 @@ def our_slices(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
         GROUP, VERSION, "resourceslices", field_selector=f"spec.nodeName={node},spec.driver=gpu.nativedra.dev"
     )
     return list(slices["items"])
+
+
+def allocated_claim(api: client.ApiClient, namespace: str, pod: str, timeout_s: float = 60) -> dict[str, Any]:
+    """The pod's claim once the scheduler has allocated it."""
+
+    def claim() -> dict[str, Any] | None:
+        found = pod_claim(api, namespace, pod)
+        return found if found and found.get("status", {}).get("allocation") else None
+
+    return wait_for(
+        claim, timeout_s, f"allocation of pod {namespace}/{pod}'s claim", lambda: describe_pod(api, namespace, pod)
+    )
+
+
+def claim_key(claim: dict[str, Any]) -> tuple[str, str, str]:
+    """(namespace, uid, name), as the kubelet names a claim."""
+    metadata = claim["metadata"]
+    return metadata["namespace"], metadata["uid"], metadata["name"]

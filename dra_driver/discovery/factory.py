@@ -12,11 +12,13 @@ from dra_driver.discovery.sysfs import SysfsBackend
 BACKENDS = ("nvml", "sysfs", "simulated")
 
 
-def make_backend(name: str, profile: str | None = None, sys_root: Path = Path("/sys")) -> Backend:
+def make_backend(
+    name: str, profile: str | None = None, sys_root: Path = Path("/sys"), fault_file: Path | None = None
+) -> Backend:
     if name == "simulated":
         if not profile:
             raise DiscoveryError("--backend simulated needs --profile (a file or a shipped profile name)")
-        return SimulatedBackend(profile)
+        return SimulatedBackend(profile, fault_file)
     if name == "nvml":
         return NvmlBackend(sys_root=sys_root)
     if name == "sysfs":

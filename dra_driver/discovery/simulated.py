@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from dra_driver.discovery import DiscoveryError
-from dra_driver.inventory import Gpu, Inventory
+from dra_driver.inventory import Gpu, Health, Inventory
 
 PROFILE_KEYS = {"driverVersion", "cudaDriverVersion", "models", "gpus"}
 
@@ -106,24 +106,50 @@ def load_profile(path: Path) -> Inventory:
     return parse_profile(raw, str(path))
 
 
+def load_faults(path: Path) -> set[str]:
+    """GPU indexes or UUIDs a fault file marks unhealthy: `unhealthy: [0, GPU-...]`."""
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        return set()
+    except (OSError, yaml.YAMLError) as error:
+        raise ProfileError(f"fault file {path}: {error}") from error
+    if not isinstance(raw, dict) or not isinstance(raw.get("unhealthy", []), list):
+        raise ProfileError(f"fault file {path}: field 'unhealthy' must be a list of GPU indexes or UUIDs")
+    return {str(item) for item in raw.get("unhealthy", [])}
+
+
 class SimulatedBackend:
-    """Reads the profile on every discovery; a change of the file triggers re-publishing."""
+    """Reads the profile (and the fault file, which stands in for hardware errors) on every
+    discovery; a change of either file triggers re-publishing."""
 
     name = "simulated"
 
-    def __init__(self, profile: str, poll_interval_s: float = 2.0) -> None:
+    def __init__(self, profile: str, fault_file: Path | None = None, poll_interval_s: float = 1.0) -> None:
         self.path = resolve_profile(profile)
+        self.fault_file = fault_file
         self.poll_interval_s = poll_interval_s
 
     def discover(self) -> Inventory:
-        return load_profile(self.path)
+        inventory = load_profile(self.path)
+        faults = load_faults(self.fault_file) if self.fault_file else set()
+        if not faults:
+            return inventory
+        gpus = tuple(
+            gpu.model_copy(update={"health": Health.UNHEALTHY}) if {str(gpu.index), gpu.uuid} & faults else gpu
+            for gpu in inventory.gpus
+        )
+        return inventory.model_copy(update={"gpus": gpus})
 
-    def _fingerprint(self) -> tuple[float, int] | None:
-        try:
-            stat = self.path.stat()
-        except OSError:
-            return None
-        return (stat.st_mtime, stat.st_size)
+    def _fingerprint(self) -> tuple[tuple[float, int] | None, ...]:
+        stamps: list[tuple[float, int] | None] = []
+        for path in (self.path, self.fault_file):
+            try:
+                stat = path.stat() if path else None
+            except OSError:
+                stat = None
+            stamps.append((stat.st_mtime, stat.st_size) if stat else None)
+        return tuple(stamps)
 
     def watch(self, stop: threading.Event, changed: Callable[[], None]) -> None:
         last = self._fingerprint()

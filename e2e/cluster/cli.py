@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,19 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build(_args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    try:
+        found = binaries.resolve()
+    except binaries.BinaryError as error:
+        print(f"nativedra cluster build: {error}", file=sys.stderr)
+        return 1
+    for path in (found.etcd, found.kube_apiserver, found.kube_scheduler, found.kube_controller_manager):
+        print(path)
+    print(f"Kubernetes {found.version} binaries ready in {time.monotonic() - started:.0f}s", file=sys.stderr)
+    return 0
+
+
 def _down(args: argparse.Namespace) -> int:
     stopped = stop_recorded(Path(args.state_dir))
     print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"), file=sys.stderr)
@@ -91,6 +105,8 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="YAML merged into the KubeSchedulerConfiguration (e.g. extenders:, percentageOfNodesToScore:)",
     )
     up.set_defaults(handler=_up)
+    build = actions.add_parser("build", help="build (or find) the binaries without starting anything")
+    build.set_defaults(handler=_build)
     down = actions.add_parser("down", help="stop the processes recorded by `up`")
     down.set_defaults(handler=_down)
     status = actions.add_parser("status", help="show the recorded processes; exit 1 unless all run")

@@ -1,0 +1,63 @@
+"""Transient per-claim spec files in the dynamic CDI directory (e.g. /var/run/cdi)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cdi.atomic import atomic_write, remove_durably
+from cdi.spec import Spec, to_document
+
+# Kubernetes UIDs are RFC 4122 UUIDs; nothing else may become part of a file name.
+_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+SPEC_FILE_MODE = 0o644  # runtimes read it; it holds no secrets, and only root may write the directory
+
+
+class SpecStore:
+    """One spec file per claim: `<vendor>-<class>_<claimUID>.yaml`."""
+
+    def __init__(self, directory: Path, vendor: str, device_class: str) -> None:
+        self.directory = directory
+        self.prefix = f"{vendor}-{device_class}_"
+
+    def path_for(self, claim_uid: str) -> Path:
+        if not _UID.match(claim_uid):
+            raise ValueError(f"claim UID {claim_uid!r} is not a Kubernetes UID")
+        return self.directory / f"{self.prefix}{claim_uid}.yaml"
+
+    def write(self, claim_uid: str, spec: Spec) -> Path:
+        return self.write_document(claim_uid, to_document(spec))
+
+    def write_document(self, claim_uid: str, document: dict[str, Any]) -> Path:
+        """Write an already validated spec document (e.g. one kept in the checkpoint)."""
+        path = self.path_for(claim_uid)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, yaml.safe_dump(document, sort_keys=False).encode(), SPEC_FILE_MODE)
+        return path
+
+    def remove(self, claim_uid: str) -> bool:
+        return remove_durably(self.path_for(claim_uid))
+
+    def exists(self, claim_uid: str) -> bool:
+        return self.path_for(claim_uid).is_file()
+
+    def claim_uids(self) -> set[str]:
+        """UIDs of every spec file of ours in the directory."""
+        if not self.directory.is_dir():
+            return set()
+        found = set()
+        for path in self.directory.glob(f"{self.prefix}*.yaml"):
+            uid = path.name.removeprefix(self.prefix).removesuffix(".yaml")
+            if _UID.match(uid):
+                found.add(uid)
+        return found
+
+    def remove_orphans(self, owned: set[str]) -> list[str]:
+        """Delete spec files whose claim is not in `owned`; return their UIDs."""
+        orphans = sorted(self.claim_uids() - owned)
+        for uid in orphans:
+            self.remove(uid)
+        return orphans

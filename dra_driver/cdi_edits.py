@@ -1,0 +1,151 @@
+"""Allocated devices of one claim -> the CDI spec that gives a container exactly those devices.
+
+Pure apart from `HostDevices`, which reads device numbers from the host's /dev (a fake tree in tests).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cdi.spec import ContainerEdits, Device, DeviceNode, Spec
+from dra_driver.inventory import Gpu, Vendor
+from dra_driver.opaque_config import GpuConfig, SharingStrategy
+
+CDI_VENDOR = "k8s.gpu.nativedra.dev"
+CDI_CLASS = "claim"
+CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
+MIB = 1024 * 1024
+
+NVIDIA_COMMON = ("/dev/nvidiactl",)
+NVIDIA_OPTIONAL = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")  # created lazily by nvidia-modprobe
+AMD_COMMON = ("/dev/kfd",)
+
+
+class PrepareError(RuntimeError):
+    """Preparing a claim failed; `reason` labels the metric, the message is for the user."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ClaimDevice:
+    """One allocation result of the claim, with what this node knows about the device."""
+
+    request: str
+    device: dict[str, Any]  # the published device (name, attributes, capacity)
+    gpu: Gpu
+    config: GpuConfig
+    share_id: str | None = None
+    consumed: dict[str, int] | None = None  # consumable capacity in bytes / percent
+
+    @property
+    def kind(self) -> str:
+        return str(self.device["attributes"]["type"]["string"])
+
+
+class HostDevices:
+    """Device numbers of the host's device nodes, read from `dev_root` (the host /dev)."""
+
+    def __init__(self, dev_root: Path) -> None:
+        self.dev_root = dev_root
+
+    def node(self, path: str, required: bool = True) -> DeviceNode | None:
+        host = self.dev_root / Path(path).relative_to("/dev")
+        try:
+            info = host.stat()
+        except FileNotFoundError:
+            if required:
+                raise PrepareError("device_node", f"device node {path} is missing on the host ({host})") from None
+            return None
+        if stat.S_ISCHR(info.st_mode):
+            kind = "c"
+        elif stat.S_ISBLK(info.st_mode):
+            kind = "b"
+        else:
+            raise PrepareError("device_node", f"{host} is not a device node")
+        return DeviceNode(path=path, type=kind, major=os.major(info.st_rdev), minor=os.minor(info.st_rdev))
+
+
+def _limits(claim_device: ClaimDevice) -> tuple[int | None, int | None]:
+    """(compute percent, memory MiB) the container may use, or None for the whole GPU."""
+    attributes = claim_device.device["attributes"]
+    percent: int | None = None
+    memory_mib: int | None = None
+    if claim_device.kind == "fraction":
+        numerator, denominator = (int(x) for x in attributes["fraction"]["string"].split("/"))
+        percent = 100 * numerator // denominator
+        memory_mib = claim_device.gpu.memory_bytes * numerator // denominator // MIB
+    elif claim_device.kind == "share" and claim_device.consumed:
+        percent = claim_device.consumed.get("compute")
+        memory = claim_device.consumed.get("memory")
+        memory_mib = memory // MIB if memory else None
+    mps = claim_device.config.sharing.mps
+    if claim_device.config.sharing.strategy is SharingStrategy.MPS and mps is not None:
+        if mps.active_thread_percentage is not None:
+            percent = min(percent or 100, mps.active_thread_percentage)
+        if mps.pinned_memory_limit_mib is not None:
+            memory_mib = min(memory_mib or mps.pinned_memory_limit_mib, mps.pinned_memory_limit_mib)
+    return percent, memory_mib
+
+
+def _env(claim_device: ClaimDevice) -> tuple[str, ...]:
+    gpu = claim_device.gpu
+    env = [f"NATIVEDRA_GPU_UUIDS={gpu.uuid}", f"NATIVEDRA_DEVICE_TYPE={claim_device.kind}"]
+    if gpu.vendor is Vendor.NVIDIA:
+        env.append("CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    if claim_device.kind == "mig":
+        attributes = claim_device.device["attributes"]
+        env.append(f"NATIVEDRA_MIG_PROFILE={attributes['profile']['string']}")
+        env.append(f"NATIVEDRA_MIG_PLACEMENT={attributes['placementStart']['int']}")
+    percent, memory_mib = _limits(claim_device)
+    if percent is not None:
+        env.append(f"NATIVEDRA_COMPUTE_PERCENT={percent}")
+        if gpu.vendor is Vendor.NVIDIA:
+            env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percent}")
+    if memory_mib is not None:
+        env.append(f"NATIVEDRA_MEMORY_LIMIT_MIB={memory_mib}")
+        if gpu.vendor is Vendor.NVIDIA:
+            env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={memory_mib}M")
+    if claim_device.config.sharing.strategy is not SharingStrategy.EXCLUSIVE:
+        env.append(f"NATIVEDRA_SHARING_STRATEGY={claim_device.config.sharing.strategy.value}")
+    return tuple(env)
+
+
+def _gpu_nodes(gpu: Gpu, host: HostDevices) -> tuple[DeviceNode, ...]:
+    if gpu.vendor is Vendor.NVIDIA:
+        nodes = [host.node(f"/dev/nvidia{gpu.minor}")]
+    else:
+        nodes = [host.node(f"/dev/dri/renderD{gpu.minor}")]
+    return tuple(n for n in nodes if n is not None)
+
+
+def _common_nodes(vendors: set[Vendor], host: HostDevices) -> tuple[DeviceNode, ...]:
+    nodes: list[DeviceNode | None] = []
+    if Vendor.NVIDIA in vendors:
+        nodes += [host.node(p) for p in NVIDIA_COMMON] + [host.node(p, required=False) for p in NVIDIA_OPTIONAL]
+    if Vendor.AMD in vendors:
+        nodes += [host.node(p) for p in AMD_COMMON]
+    return tuple(n for n in nodes if n is not None)
+
+
+def cdi_device_name(claim_uid: str, device_name: str) -> str:
+    return f"{claim_uid}-{device_name}"
+
+
+def claim_spec(claim_uid: str, devices: list[ClaimDevice], host: HostDevices) -> Spec:
+    """One spec per claim; each allocated device is a CDI device `<claimUID>-<device>`."""
+    cdi_devices = tuple(
+        Device(
+            name=cdi_device_name(claim_uid, d.device["name"]),
+            container_edits=ContainerEdits(env=_env(d), device_nodes=_gpu_nodes(d.gpu, host)),
+        )
+        for d in devices
+    )
+    common = ContainerEdits(device_nodes=_common_nodes({d.gpu.vendor for d in devices}, host))
+    return Spec(kind=CDI_KIND, devices=cdi_devices, container_edits=common)

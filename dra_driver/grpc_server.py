@@ -1,0 +1,183 @@
+"""The kubelet-facing gRPC services: registration, DRA v1 + v1beta1, and the health stream."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+
+from dra_driver import DRIVER_NAME
+from dra_driver.cdi_edits import PrepareError
+from dra_driver.prepare import ClaimPreparer, ClaimRef, PreparedDevice
+from dra_driver.proto.gen.dra.v1 import api_pb2 as dra_v1
+from dra_driver.proto.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
+from dra_driver.proto.gen.dra.v1beta1 import api_pb2 as dra_v1beta1
+from dra_driver.proto.gen.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
+from dra_driver.proto.gen.dra_health.v1alpha1 import api_pb2 as health_pb
+from dra_driver.proto.gen.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
+from dra_driver.proto.gen.pluginregistration.v1 import api_pb2 as registration_pb
+from dra_driver.proto.gen.pluginregistration.v1 import api_pb2_grpc as registration_grpc
+
+log = logging.getLogger(__name__)
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # the kubelet takes the first it knows
+SOCKET_MODE = 0o600  # only root (the kubelet) may connect
+HEALTH_TIMEOUT_S = 60
+
+
+class RegistrationServicer(registration_grpc.RegistrationServicer):  # type: ignore[misc]
+    def __init__(self, endpoint: Path) -> None:
+        self.endpoint = endpoint
+        self.registered = threading.Event()
+        self.last_error = ""
+
+    def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC method names
+        return registration_pb.PluginInfo(
+            type="DRAPlugin", name=DRIVER_NAME, endpoint=str(self.endpoint), supported_versions=list(SUPPORTED_VERSIONS)
+        )
+
+    def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        if request.plugin_registered:
+            log.info("registered with the kubelet")
+            self.registered.set()
+        else:
+            self.last_error = request.error
+            log.error("the kubelet rejected the registration: %s", request.error)
+        return registration_pb.RegistrationStatusResponse()
+
+
+class DraServicer:
+    """One implementation for both API versions; `messages` is the version's generated module."""
+
+    def __init__(self, preparer: ClaimPreparer, messages: ModuleType) -> None:
+        self.preparer = preparer
+        self.messages = messages
+        self.with_share_id = messages is dra_v1
+
+    def _device(self, prepared: PreparedDevice) -> Any:
+        device = self.messages.Device(
+            request_names=prepared.request_names,
+            pool_name=prepared.pool_name,
+            device_name=prepared.device_name,
+            cdi_device_ids=prepared.cdi_device_ids,
+        )
+        if self.with_share_id and prepared.share_id:
+            device.share_id = prepared.share_id
+        return device
+
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        response = self.messages.NodePrepareResourcesResponse()
+        for claim in request.claims:  # every claim gets an entry; a failure stays with its claim
+            ref = ClaimRef(claim.namespace, claim.uid, claim.name)
+            entry = response.claims[claim.uid]
+            try:
+                entry.devices.extend(self._device(d) for d in self.preparer.prepare(ref))
+            except PrepareError as error:
+                entry.error = str(error)
+            except Exception as error:  # one claim's bug must not fail the others
+                log.exception("prepare %s", ref)
+                entry.error = f"claim {ref}: internal error: {error}"
+        return response
+
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        response = self.messages.NodeUnprepareResourcesResponse()
+        for claim in request.claims:
+            ref = ClaimRef(claim.namespace, claim.uid, claim.name)
+            entry = response.claims[claim.uid]
+            try:
+                self.preparer.unprepare(ref)
+            except PrepareError as error:
+                entry.error = str(error)
+            except Exception as error:
+                log.exception("unprepare %s", ref)
+                entry.error = f"claim {ref}: internal error: {error}"
+        return response
+
+
+class HealthServicer(health_grpc.DRAResourceHealthServicer):  # type: ignore[misc]
+    """Streams the complete device list whenever any device's health changes."""
+
+    def __init__(self, node_name: str, snapshot: Callable[[], dict[str, str]], changed: threading.Condition):
+        self.node_name = node_name
+        self.snapshot = snapshot  # -> {device name: "Healthy" | "Unhealthy"}
+        self.changed = changed
+
+    def _message(self, health: dict[str, str]) -> Any:
+        now = int(time.time())
+        return health_pb.NodeWatchResourcesResponse(
+            devices=[
+                health_pb.DeviceHealth(
+                    device=health_pb.DeviceIdentifier(pool_name=self.node_name, device_name=name),
+                    health=health_pb.HEALTHY if state == "Healthy" else health_pb.UNHEALTHY,
+                    last_updated_time=now,
+                    health_check_timeout_seconds=HEALTH_TIMEOUT_S,
+                    message="" if state == "Healthy" else f"{name}: GPU reported unhealthy by the {DRIVER_NAME} plugin",
+                )
+                for name, state in sorted(health.items())
+            ]
+        )
+
+    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
+        yield self._message(self.snapshot())
+        while context.is_active():
+            with self.changed:  # woken by a health change; the timeout refreshes the kubelet's view
+                self.changed.wait(timeout=HEALTH_TIMEOUT_S / 2)
+            yield self._message(self.snapshot())
+
+
+def _add_dra_services(server: grpc.Server, preparer: ClaimPreparer) -> None:
+    dra_v1_grpc.add_DRAPluginServicer_to_server(DraServicer(preparer, dra_v1), server)
+    dra_v1beta1_grpc.add_DRAPluginServicer_to_server(DraServicer(preparer, dra_v1beta1), server)
+
+
+def _listen(server: grpc.Server, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # a stale socket from a previous run
+    server.add_insecure_port(f"unix://{path}")
+
+
+class KubeletServers:
+    """DRA server first, registration socket second (the kubelet may call at once)."""
+
+    def __init__(
+        self,
+        preparer: ClaimPreparer,
+        health: HealthServicer,
+        registration_path: Path,
+        dra_path: Path,
+        workers: int = 16,
+    ) -> None:
+        self.registration_path = registration_path
+        self.dra_path = dra_path
+        self.registration = RegistrationServicer(dra_path)
+        self.dra_server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+        _add_dra_services(self.dra_server, preparer)
+        health_grpc.add_DRAResourceHealthServicer_to_server(health, self.dra_server)
+        self.registration_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        registration_grpc.add_RegistrationServicer_to_server(self.registration, self.registration_server)
+
+    def start(self) -> None:
+        _listen(self.dra_server, self.dra_path)
+        self.dra_server.start()
+        self.dra_path.chmod(SOCKET_MODE)
+        _listen(self.registration_server, self.registration_path)
+        self.registration_server.start()
+        self.registration_path.chmod(SOCKET_MODE)
+        log.info("serving DRA on %s, registration on %s", self.dra_path, self.registration_path)
+
+    def stop(self) -> None:
+        """Unregister first (socket gone), then stop serving; our sockets only."""
+        self.registration_server.stop(grace=1).wait()
+        with contextlib.suppress(FileNotFoundError):
+            self.registration_path.unlink()
+        self.dra_server.stop(grace=5).wait()
+        with contextlib.suppress(FileNotFoundError):
+            self.dra_path.unlink()

@@ -1,0 +1,45 @@
+"""Where the plugin's unix sockets live, following the kubelet plugin conventions."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from pathlib import Path
+
+from dra_driver import DRIVER_NAME
+
+MAX_UNIX_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
+_POD_UID = re.compile(r"^[0-9a-f-]{1,64}$")
+
+
+def _short(data: bytes, length: int) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")[:length]
+
+
+def registration_socket(registry_dir: Path, pod_uid: str | None = None) -> Path:
+    """`<driver>-reg.sock`, or per pod `<driver>-<podUID>-reg.sock` for seamless rolling updates."""
+    if not pod_uid:
+        return registry_dir / f"{DRIVER_NAME}-reg.sock"
+    if not _POD_UID.match(pod_uid):
+        raise ValueError(f"pod UID {pod_uid!r} is not a Kubernetes UID")
+    driver_and_uid = DRIVER_NAME.encode() + b"\0" + pod_uid.encode()
+    for name in (
+        f"{DRIVER_NAME}-{pod_uid}-reg.sock",
+        f"{DRIVER_NAME}-{_short(pod_uid.encode(), 8)}-reg.sock",
+        f"dra-{_short(driver_and_uid, 16)}-reg.sock",
+    ):
+        candidate = registry_dir / name
+        if len(str(candidate)) <= MAX_UNIX_PATH:
+            return candidate
+    raise ValueError(f"registry dir {registry_dir} is too long for a unix socket path")
+
+
+def dra_socket(plugin_dir: Path, pod_uid: str | None = None) -> Path:
+    """`<plugins dir>/<driver>/dra.sock`, or `dra-<podUID>.sock` per pod."""
+    if pod_uid and not _POD_UID.match(pod_uid):
+        raise ValueError(f"pod UID {pod_uid!r} is not a Kubernetes UID")
+    path = plugin_dir / DRIVER_NAME / (f"dra-{pod_uid}.sock" if pod_uid else "dra.sock")
+    if len(str(path)) > MAX_UNIX_PATH:
+        raise ValueError(f"DRA socket path {path} is longer than {MAX_UNIX_PATH} bytes")
+    return path
