@@ -10,10 +10,13 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from bench import bench_slices
+from bench import bench_prepare, bench_slices
 from e2e.cluster import ControlPlane, resolve
 
-BENCHMARKS: dict[str, Callable[[client.ApiClient], Iterator[str]]] = {"slices": bench_slices.run}
+BENCHMARKS: dict[str, Callable[[client.ApiClient, Path], Iterator[str]]] = {
+    "slices": lambda api, _kubeconfig: bench_slices.run(api),
+    "prepare": bench_prepare.run,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
             api = config.new_client_from_config(config_file=str(plane.kubeconfig))
             for name in args.names or BENCHMARKS:
                 print(f"== {name}", flush=True)
-                for line in BENCHMARKS[name](api):
+                for line in BENCHMARKS[name](api, plane.kubeconfig):
                     print(line, flush=True)
         finally:
             plane.stop()

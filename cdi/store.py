@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -29,13 +28,13 @@ class SpecStore:
         return self.directory / f"{self.prefix}{claim_uid}.yaml"
 
     def write(self, claim_uid: str, spec: Spec) -> Path:
-        return self.write_document(claim_uid, to_document(spec))
+        return self.write_text(claim_uid, yaml.safe_dump(to_document(spec), sort_keys=False))
 
-    def write_document(self, claim_uid: str, document: dict[str, Any]) -> Path:
-        """Write an already validated spec document (e.g. one kept in the checkpoint)."""
+    def write_text(self, claim_uid: str, text: str) -> Path:
+        """Write an already validated spec (e.g. the exact text kept in the checkpoint)."""
         path = self.path_for(claim_uid)
         self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, yaml.safe_dump(document, sort_keys=False).encode(), SPEC_FILE_MODE)
+        atomic_write(path, text.encode(), SPEC_FILE_MODE)
         return path
 
     def remove(self, claim_uid: str) -> bool:

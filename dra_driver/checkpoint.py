@@ -3,6 +3,7 @@
 Every change happens under an exclusive flock (read, modify, write), so two plugin instances
 during a rolling update never lose each other's records. A corrupted file (checksum mismatch,
 bad JSON) is moved aside with a clear error and the plugin continues with an empty record.
+Records are kept parsed between calls and the file is re-read only when another writer changed it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 from cdi.atomic import atomic_write
 
 log = logging.getLogger(__name__)
-VERSION = 1
+VERSION = 2
 T = TypeVar("T")
 
 
@@ -38,7 +39,23 @@ class ClaimRecord:
     name: str
     state: ClaimState
     devices: list[dict[str, Any]] = field(default_factory=list)  # the answer given to the kubelet
-    cdi_spec: dict[str, Any] | None = None  # the spec document, to restore a lost file
+    cdi_spec: str | None = None  # the spec file's exact text, to restore a lost file
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "state": self.state.value,
+            "devices": self.devices,
+            "cdiSpec": self.cdi_spec,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClaimRecord:
+        return cls(
+            data["uid"], data["namespace"], data["name"], ClaimState(data["state"]), data["devices"], data["cdiSpec"]
+        )
 
 
 def boot_id(proc_root: Path = Path("/proc")) -> str:
@@ -48,8 +65,12 @@ def boot_id(proc_root: Path = Path("/proc")) -> str:
         return "unknown"
 
 
-def _checksum(payload: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def _canonical(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"))
+
+
+def _checksum(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 class Checkpoint:
@@ -58,6 +79,7 @@ class Checkpoint:
         self.lock_path = path.with_name(path.name + ".lock")
         self.boot_id = node_boot_id
         self.last_error: str | None = None
+        self._cache: tuple[tuple[int, int, int], dict[str, ClaimRecord]] | None = None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -69,22 +91,32 @@ class Checkpoint:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _read(self) -> dict[str, ClaimRecord]:
+    def _identity(self) -> tuple[int, int, int] | None:
         try:
-            text = self.path.read_text()
+            info = self.path.stat()
         except FileNotFoundError:
+            return None
+        return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+    def _read(self) -> dict[str, ClaimRecord]:
+        """The current records; re-parsed only if the file changed since we last saw it."""
+        identity = self._identity()
+        if identity is None:
             return {}
+        if self._cache is None or self._cache[0] != identity:
+            self._cache = (identity, self._parse())
+        return dict(self._cache[1])
+
+    def _parse(self) -> dict[str, ClaimRecord]:
+        text = self.path.read_text()
         try:
             document = json.loads(text)
-            payload = {"bootId": document["bootId"], "claims": document["claims"]}
             if document.get("version") != VERSION:
                 raise ValueError(f"unsupported checkpoint version {document.get('version')!r}")
-            if document.get("checksum") != _checksum(payload):
+            payload = document["payload"]
+            if document.get("checksum") != _checksum(_canonical(payload)):
                 raise ValueError("checksum mismatch")
-            return {
-                uid: ClaimRecord(**{**record, "state": ClaimState(record["state"])})
-                for uid, record in document["claims"].items()
-            }
+            return {uid: ClaimRecord.from_json(record) for uid, record in payload["claims"].items()}
         except (ValueError, KeyError, TypeError) as error:
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             self.path.replace(aside)
@@ -93,11 +125,12 @@ class Checkpoint:
             return {}
 
     def _write(self, records: dict[str, ClaimRecord]) -> None:
-        claims = {uid: {**asdict(record), "state": record.state.value} for uid, record in sorted(records.items())}
-        payload = {"bootId": self.boot_id, "claims": claims}
-        document = {"version": VERSION, **payload, "checksum": _checksum(payload)}
-        # Insertion order is kept so a restored CDI spec is byte-identical; the checksum is canonical.
-        atomic_write(self.path, json.dumps(document, indent=1).encode(), 0o600)
+        body = _canonical({"bootId": self.boot_id, "claims": {uid: r.to_json() for uid, r in records.items()}})
+        text = f'{{"version":{VERSION},"checksum":"{_checksum(body)}","payload":{body}}}'
+        self._cache = None  # if writing fails, the next read goes back to the file
+        atomic_write(self.path, text.encode(), 0o600)
+        identity = self._identity()
+        self._cache = (identity, dict(records)) if identity else None
 
     def read(self) -> dict[str, ClaimRecord]:
         with self._locked():
@@ -107,6 +140,10 @@ class Checkpoint:
         """Apply `change` to the current records and persist them, atomically and exclusively."""
         with self._locked():
             records = self._read()
-            result = change(records)
+            try:
+                result = change(records)
+            except BaseException:
+                self._cache = None  # `change` may have modified cached records before failing
+                raise
             self._write(records)
             return result

@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
@@ -144,7 +145,7 @@ class ClaimPreparer:
         claim = self._get(ref)
         claim_devices = self._claim_devices(claim, ref)
         spec = claim_spec(ref.uid, claim_devices, self.host)
-        document = to_document(spec)
+        spec_text = yaml.safe_dump(to_document(spec), sort_keys=False)
         answer = [
             PreparedDevice(
                 request_names=[d.request.split("/", 1)[0]],
@@ -157,11 +158,11 @@ class ClaimPreparer:
             for d, device in zip(claim_devices, spec.devices, strict=True)
         ]
         started = ClaimRecord(
-            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, [a.__dict__ for a in answer], document
+            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, [a.__dict__ for a in answer], spec_text
         )
         self.checkpoint.update(lambda records: records.__setitem__(ref.uid, started))
         _crash_point("after-prepare-started")
-        self.specs.write_document(ref.uid, document)
+        self.specs.write_text(ref.uid, spec_text)
         _crash_point("after-spec-written")
 
         def complete(records: dict[str, ClaimRecord]) -> None:
@@ -233,7 +234,7 @@ class ClaimPreparer:
     def _restore_spec(self, record: ClaimRecord) -> None:
         if record.cdi_spec and not self.specs.exists(record.uid):
             log.info("restoring the CDI spec of prepared claim %s/%s", record.namespace, record.name)
-            self.specs.write_document(record.uid, record.cdi_spec)
+            self.specs.write_text(record.uid, record.cdi_spec)
 
     def reconcile(self) -> dict[str, list[str]]:
         """Repair after a crash or reboot; returns what was done, for logs and tests."""

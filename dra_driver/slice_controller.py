@@ -41,6 +41,7 @@ class SliceController:
         self.last_result: PublishResult | None = None
         self.synced = threading.Event()
         self.inventory_changed = threading.Condition()  # health watchers wait on it
+        self._published: tuple[Inventory, dict[str, tuple[dict[str, Any], Gpu]]] | None = None
 
     def trigger(self) -> None:
         self._wake.set()
@@ -55,11 +56,15 @@ class SliceController:
         return inventory
 
     def published_devices(self) -> dict[str, tuple[dict[str, Any], Gpu]]:
-        """Every device this node publishes, by name, with its GPU."""
+        """Every device this node publishes, by name, with its GPU (built once per inventory)."""
         inventory = self.inventory or self.discover()
-        devices, _ = devices_and_counters(inventory, self.config)
-        gpus = inventory.by_index()
-        return {d["name"]: (d, gpus[d["attributes"]["index"]["int"]]) for d in devices}
+        cached = self._published
+        if cached is None or cached[0] is not inventory:
+            devices, _ = devices_and_counters(inventory, self.config)
+            gpus = inventory.by_index()
+            cached = (inventory, {d["name"]: (d, gpus[d["attributes"]["index"]["int"]]) for d in devices})
+            self._published = cached
+        return cached[1]
 
     def device_health(self) -> dict[str, str]:
         return {name: gpu.health.value for name, (_, gpu) in self.published_devices().items()}

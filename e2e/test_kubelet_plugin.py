@@ -66,7 +66,7 @@ def _spec_files(plugin: NodePlugin) -> list[Path]:
 
 def _checkpoint_claims(plugin: NodePlugin) -> dict[str, Any]:
     path = plugin.data_dir / "checkpoint.json"
-    return dict(json.loads(path.read_text())["claims"]) if path.exists() else {}
+    return dict(json.loads(path.read_text())["payload"]["claims"]) if path.exists() else {}
 
 
 def test_registration_handshake_as_the_kubelet_does_it(h100: NodePlugin) -> None:

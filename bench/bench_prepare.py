@@ -1,0 +1,162 @@
+"""NodePrepareResources through a real plugin process over its unix socket.
+
+200 claims, each allocated one fraction of a 64-GPU simulated node (the allocation is written
+directly, as an admin, so the benchmark measures prepare and not scheduling). Baselines from the
+same run: one GET of a claim (the API read every prepare must make) for latency, and sequential
+calls for the 8-caller throughput.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from bench.timing import Timing, measure, report
+from dra_driver import DRIVER_NAME
+from dra_driver.discovery.simulated import resolve_profile
+from e2e.cluster import create_fake_node, wait_for
+from e2e.dra import published_devices
+from e2e.kubelet import make_dev_tree, plugin_info, prepare, unprepare
+
+NODE = "bench-prepare"
+CLAIMS = 200
+CALLERS = 8
+GPUS = 64
+PROFILE_ARGS: list[str] = []  # e.g. ["-m", "cProfile", "-o", "/tmp/prepare.prof"] to profile the plugin
+
+
+def _profile(path: Path) -> Path:
+    document = yaml.safe_load(resolve_profile("h100-8x").read_text())
+    template = {**document["gpus"][0], "migEnabled": False}
+    document["gpus"] = [
+        {**template, "index": i, "minor": i, "uuid": f"GPU-bench-{i:04d}", "pciBusID": f"0000:{i + 1:02x}:00.0"}
+        for i in range(GPUS)
+    ]
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _claims(api: client.ApiClient, namespace: str, devices: list[str]) -> list[tuple[str, str, str]]:
+    objects = client.CustomObjectsApi(api)
+    keys = []
+    for number, device in enumerate(devices):
+        name = f"claim-{number:03d}"
+        created = objects.create_namespaced_custom_object(
+            "resource.k8s.io",
+            "v1",
+            namespace,
+            "resourceclaims",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu-fraction.nativedra.dev"}}]
+                    }
+                },
+            },
+        )
+        created["status"] = {
+            "allocation": {
+                "devices": {"results": [{"request": "gpus", "driver": DRIVER_NAME, "pool": NODE, "device": device}]},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+                    ]
+                },
+            }
+        }
+        objects.replace_namespaced_custom_object_status(
+            "resource.k8s.io", "v1", namespace, "resourceclaims", name, created
+        )
+        keys.append((namespace, created["metadata"]["uid"], name))
+    return keys
+
+
+def _timed_prepare(socket: Path, key: tuple[str, str, str]) -> float:
+    start = time.perf_counter()
+    response: Any = prepare(socket, "v1", [key])
+    elapsed = time.perf_counter() - start
+    if response.claims[key[1]].error:
+        raise RuntimeError(response.claims[key[1]].error)
+    return elapsed
+
+
+def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
+    root = Path(tempfile.mkdtemp(prefix="nd-bench-", dir="/tmp"))
+    create_fake_node(api, NODE)
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": "bench-prepare"}})
+    make_dev_tree(root / "dev", range(GPUS))
+    registry, plugins = root / "registry", root / "plugins"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nativedra.cli",
+            "plugin",
+            "--node-name",
+            NODE,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--backend",
+            "simulated",
+            "--profile",
+            str(_profile(root / "big.yaml")),
+            "--registry-dir",
+            str(registry),
+            "--plugin-dir",
+            str(plugins),
+            "--cdi-dir",
+            str(root / "cdi"),
+            "--dev-root",
+            str(root / "dev"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        registration = registry / f"{DRIVER_NAME}-reg.sock"
+        wait_for(lambda: plugin_info(registration), 60, "the plugin to serve")
+        devices = wait_for(lambda: published_devices(api, NODE), 60, "published devices")
+        fractions = sorted(name for name, d in devices.items() if d["attributes"]["type"]["string"] == "fraction")
+        keys = _claims(api, "bench-prepare", fractions[:CLAIMS])
+        socket = plugins / DRIVER_NAME / "dra.sock"
+        objects = client.CustomObjectsApi(api)
+        get = measure(
+            lambda: objects.get_namespaced_custom_object(
+                "resource.k8s.io", "v1", "bench-prepare", "resourceclaims", keys[0][2]
+            ),
+            CLAIMS,
+        )
+        sequential = Timing(tuple(_timed_prepare(socket, key) for key in keys))
+        yield report(f"NodePrepareResources, {CLAIMS} claims, 1 caller", sequential, get, "one claim GET")
+        unprepare(socket, "v1", keys)
+        start = time.perf_counter()
+        with ThreadPoolExecutor(CALLERS) as pool:
+            concurrent = Timing(tuple(pool.map(lambda key: _timed_prepare(socket, key), keys)))
+        wall = time.perf_counter() - start
+        sequential_rate = CLAIMS / sum(sequential.samples_s)
+        yield report(
+            f"NodePrepareResources, {CALLERS} callers",
+            concurrent,
+            get,
+            "one claim GET",
+            f"throughput {CLAIMS / wall:.0f} claims/s = {CLAIMS / wall / sequential_rate:.2f} x 1 caller "
+            f"({sequential_rate:.0f} claims/s)",
+        )
+        unprepare(socket, "v1", keys)
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+        shutil.rmtree(root, ignore_errors=True)
