@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
 from e2e.cluster import wait_for, wait_pod_scheduled, wait_pod_unschedulable
+from e2e.cluster.controlplane import free_port
 from e2e.conftest import NodePlugin
 from e2e.dra import (
     DEVICE_CLASSES,
@@ -300,3 +302,24 @@ def test_a_faulty_gpu_is_tainted_reported_unhealthy_and_recovers(
     h100.fault_file.write_text(yaml.safe_dump({"unhealthy": []}))
     assert wait_pod_scheduled(api, namespace, "wants-gpu-2", timeout_s=90) == h100.node
     assert not published_devices(api, h100.node)["gpu-2"].get("taints")
+
+
+def test_metrics_endpoint_reports_publishing_and_prepares(
+    api: client.ApiClient, namespace: str, fake_nodes: Callable[..., str], node_plugin: Callable[..., NodePlugin]
+) -> None:
+    port = free_port()
+    node = fake_nodes("metrics")
+    plugin = node_plugin(node, "--backend", "simulated", "--profile", "l4-4x", "--metrics-port", str(port))
+    wait_for(lambda: len(published_devices(api, node)) == 60, 60, "60 published devices")
+    key = claim_key(_whole_gpu_claim(api, namespace, "measured", node))
+    assert prepare(plugin.dra_socket, "v1", [key]).claims[key[1]].error == ""
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+    text = scrape()
+    assert "nativedra_devices_published 60.0" in text
+    assert "nativedra_prepared_claims 1.0" in text
+    assert 'nativedra_claim_operation_seconds_count{operation="prepare"} 1.0' in text
+    assert 'nativedra_resourceslice_writes_total{verb="create"}' in text

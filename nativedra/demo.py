@@ -11,10 +11,12 @@ from pathlib import Path
 
 from kubernetes import client, config
 
+from dra_driver import DRIVER_NAME
 from e2e.cluster import binaries, create_fake_node, wait_for
 from e2e.cluster.cli import default_state_dir, start_detached
 from e2e.cluster.controlplane import ControlPlaneError, stop_recorded
-from e2e.dra import DEVICE_CLASSES, REPO, apply_file, published_devices
+from e2e.dra import DEVICE_CLASSES, REPO, apply_file, claim_key, published_devices
+from e2e.kubelet import make_dev_tree, prepare
 from nativedra.clustermap import read_map, render_text
 from nativedra.flags import add_flag
 
@@ -22,6 +24,8 @@ RACK_LABEL = "nativedra.dev/rack"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 EXAMPLES_DIR = REPO / "manifests" / "examples"
 DEMO_NAMESPACE = "demo"
+MAX_SIMULATED_GPUS = 16
+FLAG_FOR_DIR = {"registry": "registry-dir", "plugins": "plugin-dir", "cdi": "cdi-dir", "dev": "dev-root"}
 EXAMPLES = (
     "one-gpu.yaml",
     "two-gpus-same-numa.yaml",
@@ -63,6 +67,51 @@ def _settled(api: client.ApiClient) -> bool:
     )
 
 
+def _node_dirs(state_dir: Path, node: str) -> dict[str, Path]:
+    base = state_dir / "nodes" / node
+    return {name: base / name for name in ("registry", "plugins", "cdi", "dev")}
+
+
+def _fake_dev(dev: Path) -> bool:
+    """Device nodes for the simulated GPUs (needs CAP_MKNOD); False when they cannot be made."""
+    try:
+        make_dev_tree(dev, range(MAX_SIMULATED_GPUS))
+    except PermissionError:
+        return False
+    return True
+
+
+def pod_claim_names(pod: client.V1Pod) -> list[str]:
+    """Claims a pod uses: named directly, or generated from a template (listed in its status)."""
+    generated = {s.name: s.resource_claim_name for s in pod.status.resource_claim_statuses or []}
+    names = []
+    for reference in pod.spec.resource_claims or []:
+        name = reference.resource_claim_name or generated.get(reference.name)
+        if name:
+            names.append(name)
+    return names
+
+
+def play_kubelet(api: client.ApiClient, state_dir: Path, nodes: set[str]) -> int:
+    """Prepare the claims of every bound demo pod over its node plugin's socket, as the kubelet would."""
+    prepared = 0
+    for pod in client.CoreV1Api(api).list_namespaced_pod(DEMO_NAMESPACE).items:
+        if pod.spec.node_name not in nodes:
+            continue
+        socket = _node_dirs(state_dir, pod.spec.node_name)["plugins"] / DRIVER_NAME / "dra.sock"
+        for claim_name in pod_claim_names(pod):
+            claim = client.CustomObjectsApi(api).get_namespaced_custom_object(
+                "resource.k8s.io", "v1", DEMO_NAMESPACE, "resourceclaims", claim_name
+            )
+            key = claim_key(claim)
+            error = prepare(socket, "v1", [key]).claims[key[1]].error
+            if error:
+                _say(f"prepare {pod.metadata.name}: {error}")
+            else:
+                prepared += 1
+    return prepared
+
+
 def run_demo(state_dir: Path, layout: tuple[DemoNode, ...] = DEFAULT_LAYOUT) -> int:
     started = time.monotonic()
     stop_recorded(state_dir)  # a previous demo is replaced, not reused
@@ -70,26 +119,16 @@ def run_demo(state_dir: Path, layout: tuple[DemoNode, ...] = DEFAULT_LAYOUT) -> 
     plane = start_detached(state_dir, {"percentageOfNodesToScore": 100})
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
     apply_file(api, DEVICE_CLASSES)
+    devices_made = True
     for node in layout:
         create_fake_node(api, node.name, {RACK_LABEL: node.rack, ZONE_LABEL: "zone-1"})
-        plane.spawn(
-            f"plugin-{node.name}",
-            Path(sys.executable),
-            [
-                "-m",
-                "nativedra.cli",
-                "plugin",
-                "--node-name",
-                node.name,
-                "--kubeconfig",
-                str(plane.kubeconfig),
-                "--backend",
-                "simulated",
-                "--profile",
-                node.profile,
-                *node.plugin_args,
-            ],
-        )
+        dirs = _node_dirs(state_dir, node.name)
+        devices_made = _fake_dev(dirs["dev"]) and devices_made
+        arguments = ["plugin", "--node-name", node.name, "--kubeconfig", str(plane.kubeconfig)]
+        arguments += ["--backend", "simulated", "--profile", node.profile, *node.plugin_args]
+        for flag in ("registry", "plugins", "cdi", "dev"):
+            arguments += [f"--{FLAG_FOR_DIR[flag]}", str(dirs[flag])]
+        plane.spawn(f"plugin-{node.name}", Path(sys.executable), ["-m", "nativedra.cli", *arguments])
     for node in layout:
         wait_for(lambda n=node.name: published_devices(api, n), 60, f"ResourceSlices of {node.name}")  # type: ignore[misc]
     _say(f"{len(layout)} simulated GPU nodes publish their devices; applying examples in namespace {DEMO_NAMESPACE}")
@@ -103,6 +142,14 @@ def run_demo(state_dir: Path, layout: tuple[DemoNode, ...] = DEFAULT_LAYOUT) -> 
         apply_file(api, EXAMPLES_DIR / example, DEMO_NAMESPACE)
     wait_for(lambda: _settled(api), 90, "every demo pod to be scheduled or judged unschedulable")
     print(render_text(read_map(api), (RACK_LABEL,)))
+    if devices_made:
+        prepared = play_kubelet(api, state_dir, {node.name for node in layout})
+        specs = sorted(state_dir.glob("nodes/*/cdi/*.yaml"))
+        print(
+            f"\nkubelet step: {prepared} claims prepared over gRPC; {len(specs)} CDI specs in {state_dir}/nodes/*/cdi"
+        )
+    else:
+        print("\nkubelet step skipped: creating fake device nodes needs root (CAP_MKNOD)")
     print(
         f"\ndemo ready in {time.monotonic() - started:.0f}s. Explore:\n"
         f"  export KUBECONFIG={plane.kubeconfig}\n"

@@ -1,0 +1,62 @@
+"""`nativedra demo` runs non-interactively and its map agrees with the API server."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kubernetes import client, config
+
+from e2e.cluster.controlplane import stop_recorded
+from nativedra.clustermap import read_map
+from nativedra.demo import DEMO_NAMESPACE, pod_claim_names
+
+
+def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
+    state = Path(tempfile.mkdtemp(prefix="nd-demo-", dir="/tmp"))
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "nativedra.cli", "demo", "--state-dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        api = config.new_client_from_config(config_file=str(state / "admin.kubeconfig"))
+        pods = client.CoreV1Api(api).list_namespaced_pod(DEMO_NAMESPACE).items
+        assert len(pods) == 7
+        cluster_map = read_map(api)
+        holders = {
+            pod: (node.name, gpu.index)
+            for node in cluster_map.nodes
+            for gpu in node.gpus.values()
+            for holding in gpu.holdings
+            for pod in holding.pods
+        }
+        pending = dict(cluster_map.pending)
+        objects = client.CustomObjectsApi(api)
+        claims_in_use = set()
+        for pod in pods:
+            key = f"{DEMO_NAMESPACE}/{pod.metadata.name}"
+            assert pod.metadata.name in run.stdout, f"{key} missing from the printed map"
+            if pod.spec.node_name is None:
+                assert pending[key], f"{key} is pending without a reason"
+                continue
+            assert holders[key][0] == pod.spec.node_name, (
+                f"map puts {key} on {holders[key]}, API on {pod.spec.node_name}"
+            )
+            for name in pod_claim_names(pod):
+                claim = objects.get_namespaced_custom_object(
+                    "resource.k8s.io", "v1", DEMO_NAMESPACE, "resourceclaims", name
+                )
+                assert {r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]} == {pod.spec.node_name}
+                claims_in_use.add(claim["metadata"]["uid"])
+        specs = {p.name.split("_", 1)[1].removesuffix(".yaml") for p in state.glob("nodes/*/cdi/*.yaml")}
+        assert specs == claims_in_use, "the kubelet step wrote one CDI spec per claim in use"
+    finally:
+        stop_recorded(state)
+        shutil.rmtree(state, ignore_errors=True)
