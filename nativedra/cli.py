@@ -9,13 +9,14 @@ from collections.abc import Callable, Sequence
 
 from dra_driver import cli as plugin_cli
 from e2e.cluster import cli as cluster_cli
+from extender import cli as extender_cli
 from nativedra import __version__, demo
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 
 def _registrars() -> list[Registrar]:
-    return [plugin_cli.register, cluster_cli.register, demo.register]
+    return [plugin_cli.register, extender_cli.register, cluster_cli.register, demo.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

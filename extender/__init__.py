@@ -1,0 +1,1 @@
+"""The nativedra scheduler extender: gang all-or-nothing placement, topology domains, scoring."""

@@ -1,0 +1,51 @@
+"""Extender configuration (file or ConfigMap), validated with field-named errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+DEFAULT_TOPOLOGY_LEVELS = (
+    "topology.kubernetes.io/zone",
+    "nativedra.dev/block",
+    "nativedra.dev/rack",
+    "nvidia.com/gpu.clique",
+    "kubernetes.io/hostname",
+)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class ScoreWeights(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    numa: Annotated[int, Field(ge=0, le=100)] = 2
+    packing: Annotated[int, Field(ge=0, le=100)] = 1
+    fraction_packing: Annotated[int, Field(ge=0, le=100)] = 1
+
+
+class ExtenderConfig(BaseModel):
+    """Topology levels are node label keys, widest first."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS
+    plan_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
+    driver: str = "gpu.nativedra.dev"
+    weights: ScoreWeights = ScoreWeights()
+
+
+def load_config(path: Path | None) -> ExtenderConfig:
+    if path is None:
+        return ExtenderConfig()
+    try:
+        return ExtenderConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: {error}") from error
+    except ValidationError as error:
+        issue = error.errors()[0]
+        raise ConfigError(f"{path}: field {'.'.join(map(str, issue['loc']))!r}: {issue['msg']}") from error

@@ -1,0 +1,148 @@
+"""Filter and prioritize answers from a cluster view. No I/O: the app feeds it a view."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from extender.capacity import Matcher, place
+from extender.cel_eval import Selectors
+from extender.config import ExtenderConfig
+from extender.demand import NO_DEMAND, Demand, demand_of
+from extender.gang import GangRef, gang_of
+from extender.model import Node, Usage
+from extender.planner import ClusterPlan, Gang, Member, plan_cluster
+from extender.scoring import score
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """A consistent, read-only picture of the cluster (rebuilt from the API at any time)."""
+
+    version: int
+    nodes: dict[str, Node]
+    usage: dict[str, Usage]
+    pods: dict[tuple[str, str], dict[str, Any]]
+    claims: dict[tuple[str, str], dict[str, Any]]
+    templates: dict[tuple[str, str], dict[str, Any]]
+    classes: dict[str, dict[str, Any]]
+    job_parallelism: dict[tuple[str, str], int] = field(default_factory=dict)
+    pod_group_min: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def _timestamp(text: str | None) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else time.time()
+
+
+def _bound_at(pod: dict[str, Any]) -> float | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            return _timestamp(condition.get("lastTransitionTime"))
+    return None
+
+
+def _key(pod: dict[str, Any]) -> tuple[str, str]:
+    return pod["metadata"]["namespace"], pod["metadata"]["name"]
+
+
+class Decider:
+    def __init__(self, config: ExtenderConfig) -> None:
+        self.config = config
+        self.matcher = Matcher(Selectors(), config.driver)
+        self._plan_cache: tuple[tuple[int, int, tuple[tuple[str, str], ...]], ClusterPlan] | None = None
+        self._lock = threading.Lock()
+
+    def demand(self, view: ClusterView, pod: dict[str, Any]) -> Demand:
+        return demand_of(pod, view.claims, view.templates, view.classes, self.config.driver)
+
+    def gang(self, view: ClusterView, pod: dict[str, Any]) -> GangRef | None:
+        return gang_of(pod, view.job_parallelism, view.pod_group_min)
+
+    def gangs(self, view: ClusterView, extra: dict[str, Any] | None = None) -> list[Gang]:
+        pods = dict(view.pods)
+        if extra is not None:
+            pods[_key(extra)] = extra  # the pod being asked about, even if the watch has not delivered it yet
+        gangs: dict[str, Gang] = {}
+        for pod in pods.values():
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or pod["metadata"].get(
+                "deletionTimestamp"
+            ):
+                continue
+            ref = self.gang(view, pod)
+            if ref is None:
+                continue
+            gang = gangs.setdefault(ref.key, Gang(ref))
+            gang.members.append(
+                Member(
+                    pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}",
+                    node=(pod.get("spec") or {}).get("nodeName"),
+                    demand=self.demand(view, pod) if not (pod.get("spec") or {}).get("nodeName") else NO_DEMAND,
+                    created=_timestamp(pod["metadata"].get("creationTimestamp")),
+                    bound_at=_bound_at(pod),
+                    spec=pod.get("spec") or {},
+                )
+            )
+        return list(gangs.values())
+
+    def plan(self, view: ClusterView, pod: dict[str, Any], now: float) -> ClusterPlan:
+        extra_key = (_key(pod),) if _key(pod) not in view.pods else ()
+        cache_key = (view.version, int(now), extra_key)
+        with self._lock:
+            if self._plan_cache and self._plan_cache[0] == cache_key:
+                return self._plan_cache[1]
+        result = plan_cluster(
+            view.nodes,
+            view.usage,
+            self.gangs(view, pod),
+            self.matcher,
+            now=now,
+            timeout=self.config.plan_timeout_seconds,
+        )
+        with self._lock:
+            self._plan_cache = (cache_key, result)
+        return result
+
+    def filter(
+        self, view: ClusterView, pod: dict[str, Any], names: list[str], now: float | None = None
+    ) -> tuple[list[str], dict[str, str], str]:
+        """(passing nodes, failed node -> reason, path taken for metrics)."""
+        now = time.time() if now is None else now
+        ref = self.gang(view, pod)
+        demand = self.demand(view, pod)
+        if ref is None and not demand.requests:
+            return names, {}, "fast"
+        cluster = self.plan(view, pod, now)
+        if ref is not None:
+            plan = cluster.plans[ref.key]
+            if not plan.feasible:
+                return [], dict.fromkeys(names, plan.reason), "gang-rejected"
+            if not plan.slots:  # nothing left to hold (e.g. all members bound): no restriction
+                return names, {}, "gang"
+            planned = sorted(plan.slots)
+            passing = [name for name in names if name in plan.slots]
+            reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
+            return passing, {name: reason for name in names if name not in plan.slots}, "gang"
+        failed = {}
+        for name in names:
+            holders = cluster.holders.get(name)
+            node = view.nodes.get(name)
+            if holders and node is not None and place(node, cluster.held[name], demand, self.matcher) is None:
+                failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
+        return [name for name in names if name not in failed], failed, "held-check" if failed else "pass"
+
+    def prioritize(self, view: ClusterView, pod: dict[str, Any], names: list[str]) -> dict[str, int]:
+        demand = self.demand(view, pod)
+        if not demand.requests:
+            return dict.fromkeys(names, 0)
+        cluster = self.plan(view, pod, time.time())
+        return {
+            name: score(
+                view.nodes[name], cluster.held.get(name, view.usage[name]), demand, self.matcher, self.config.weights
+            )
+            if name in view.nodes
+            else 0
+            for name in names
+        }

@@ -1,0 +1,116 @@
+"""What a pod needs from our driver: its claims' requests (from the claim, else its template)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from extender.model import quantity
+
+
+@dataclass(frozen=True)
+class Request:
+    selectors: tuple[str, ...]  # DeviceClass CEL + request CEL
+    count: int
+    capacity: tuple[tuple[str, Decimal], ...] = ()  # consumable capacity asked of a shared device
+    match_attribute: str | None = None  # all devices of the request share this attribute's value
+    all_devices: bool = False
+
+
+@dataclass(frozen=True)
+class Demand:
+    requests: tuple[Request, ...]
+    pending_claims: int  # claims not yet allocated
+
+    @property
+    def devices(self) -> int:
+        return sum(r.count for r in self.requests)
+
+    def key(self) -> tuple[Request, ...]:
+        return self.requests
+
+
+NO_DEMAND = Demand((), 0)
+
+
+def _class_selectors(classes: dict[str, dict[str, Any]], name: str) -> tuple[str, ...] | None:
+    device_class = classes.get(name)
+    if device_class is None:
+        return None
+    return tuple(s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or [] if "cel" in s)
+
+
+def requests_of(spec: dict[str, Any], classes: dict[str, dict[str, Any]], driver: str) -> tuple[Request, ...] | None:
+    """Requests of a ResourceClaimSpec; None if a DeviceClass it names does not exist (yet)."""
+    devices = spec.get("devices") or {}
+    constraints = devices.get("constraints") or []
+    result = []
+    for request in devices.get("requests") or []:
+        exactly = request.get("exactly") or next(iter(request.get("firstAvailable") or []), None)
+        if not exactly:
+            continue
+        class_selectors = _class_selectors(classes, exactly.get("deviceClassName", ""))
+        if class_selectors is None:
+            return None
+        if not any(driver in s for s in class_selectors):
+            continue  # another driver's device: not ours to plan
+        selectors = class_selectors + tuple(
+            s["cel"]["expression"] for s in exactly.get("selectors") or [] if "cel" in s
+        )
+        match = next(
+            (
+                c["matchAttribute"]
+                for c in constraints
+                if c.get("matchAttribute") and (not c.get("requests") or request["name"] in c["requests"])
+            ),
+            None,
+        )
+        capacity = tuple(
+            sorted((k, quantity(v)) for k, v in ((exactly.get("capacity") or {}).get("requests") or {}).items())
+        )
+        result.append(
+            Request(
+                selectors=selectors,
+                count=int(exactly.get("count") or 1),
+                capacity=capacity,
+                match_attribute=match,
+                all_devices=exactly.get("allocationMode") == "All",
+            )
+        )
+    return tuple(result)
+
+
+def demand_of(
+    pod: dict[str, Any],
+    claims: dict[tuple[str, str], dict[str, Any]],
+    templates: dict[tuple[str, str], dict[str, Any]],
+    classes: dict[str, dict[str, Any]],
+    driver: str,
+) -> Demand:
+    """Unallocated claims' requests; an allocated claim (e.g. shared) needs nothing more."""
+    namespace = pod["metadata"]["namespace"]
+    generated = {
+        s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    requests: list[Request] = []
+    pending = 0
+    for reference in (pod.get("spec") or {}).get("resourceClaims") or []:
+        claim_name = reference.get("resourceClaimName") or generated.get(reference["name"])
+        claim = claims.get((namespace, claim_name)) if claim_name else None
+        if claim is not None:
+            if (claim.get("status") or {}).get("allocation"):
+                continue
+            spec = claim.get("spec") or {}
+        elif reference.get("resourceClaimTemplateName"):
+            template = templates.get((namespace, reference["resourceClaimTemplateName"]))
+            if template is None:
+                continue
+            spec = (template.get("spec") or {}).get("spec") or {}
+        else:
+            continue
+        found = requests_of(spec, classes, driver)
+        if found:
+            requests.extend(found)
+            pending += 1
+    return Demand(tuple(requests), pending)

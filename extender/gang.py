@@ -1,0 +1,107 @@
+"""Which gang a pod belongs to, how many members the gang has, and its topology wishes.
+
+Sources, in order: nativedra.dev/gang; scheduler-plugins PodGroup; Kueue plain-pod groups;
+JobSet (replicated job: replicas x parallelism); LeaderWorkerSet (one group of `size` pods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+GANG = "nativedra.dev/gang"
+GANG_SIZE = "nativedra.dev/gang-size"
+TOPOLOGY_REQUIRED = "nativedra.dev/topology-required"
+TOPOLOGY_PREFERRED = "nativedra.dev/topology-preferred"
+POD_GROUP = "scheduling.x-k8s.io/pod-group"
+KUEUE_GROUP = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
+JOBSET_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+
+
+@dataclass(frozen=True)
+class GangRef:
+    key: str  # namespace/source:name, unique per gang
+    size: int | None  # None: unknown, see `error`
+    source: str
+    required_topology: str | None = None
+    preferred_topology: str | None = None
+    exclusive: bool = False
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.key
+
+
+def _size(value: str | None, where: str) -> tuple[int | None, str | None]:
+    if value is None:
+        return None, None
+    try:
+        size = int(value)
+    except ValueError:
+        return None, f"{where} is {value!r}, not a whole number"
+    if size < 1:
+        return None, f"{where} is {size}; a gang needs at least 1 member"
+    return size, None
+
+
+def gang_of(
+    pod: dict[str, Any],
+    job_parallelism: Mapping[tuple[str, str], int],
+    pod_group_min: Mapping[tuple[str, str], int],
+) -> GangRef | None:
+    metadata = pod["metadata"]
+    labels: dict[str, str] = metadata.get("labels") or {}
+    annotations: dict[str, str] = metadata.get("annotations") or {}
+    namespace = metadata["namespace"]
+    both = {**labels, **annotations}
+    required = both.get(TOPOLOGY_REQUIRED) or annotations.get(KUEUE_REQUIRED)
+    preferred = both.get(TOPOLOGY_PREFERRED) or annotations.get(KUEUE_PREFERRED)
+    override, override_error = _size(both.get(GANG_SIZE), f"{GANG_SIZE} of pod {namespace}/{metadata['name']}")
+
+    def ref(
+        source: str, name: str, size: int | None, error: str | None = None, exclusive: str | None = None
+    ) -> GangRef:
+        return GangRef(
+            key=f"{namespace}/{source}:{name}",
+            size=override or size,
+            source=source,
+            required_topology=exclusive or required,
+            preferred_topology=preferred,
+            exclusive=exclusive is not None,
+            error=override_error or (error if override is None else None),
+        )
+
+    if GANG in labels:
+        size_error = None if GANG_SIZE in both else f"pod {namespace}/{metadata['name']} has {GANG} but no {GANG_SIZE}"
+        return ref("gang", labels[GANG], None, size_error)
+    if POD_GROUP in labels:
+        group = labels[POD_GROUP]
+        return ref("podgroup", group, pod_group_min.get((namespace, group)))
+    if KUEUE_GROUP in labels:
+        size, error = _size(annotations.get(KUEUE_TOTAL), f"{KUEUE_TOTAL} of pod {namespace}/{metadata['name']}")
+        return ref("kueue", labels[KUEUE_GROUP], size, error)
+    if JOBSET_NAME in labels and JOBSET_REPLICATED_JOB in labels:
+        replicas, error = _size(both.get(JOBSET_REPLICAS), f"{JOBSET_REPLICAS} of pod {namespace}/{metadata['name']}")
+        job = next((labels[key] for key in JOB_NAME_LABELS if key in labels), None)
+        parallelism = job_parallelism.get((namespace, job), 1) if job else 1
+        size = replicas * parallelism if replicas else None
+        name = f"{labels[JOBSET_NAME]}/{labels[JOBSET_REPLICATED_JOB]}"
+        return ref("jobset", name, size, error, both.get(JOBSET_EXCLUSIVE))
+    if LWS_NAME in labels and LWS_GROUP in labels:
+        size, error = _size(annotations.get(LWS_SIZE), f"{LWS_SIZE} of pod {namespace}/{metadata['name']}")
+        return ref("lws", f"{labels[LWS_NAME]}/{labels[LWS_GROUP]}", size, error, both.get(LWS_EXCLUSIVE))
+    return None

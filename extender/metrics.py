@@ -1,0 +1,15 @@
+"""Prometheus metrics of the extender (`nativedra_extender_*`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+REQUESTS = Counter("nativedra_extender_requests_total", "Extender calls by verb and path taken", ["verb", "path"])
+SECONDS = Histogram(
+    "nativedra_extender_request_seconds",
+    "Time to answer an extender call",
+    ["verb"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+BAD_REQUESTS = Counter("nativedra_extender_bad_requests_total", "Malformed extender calls", ["verb"])
+REJECTED_NODES = Counter("nativedra_extender_rejected_nodes_total", "Nodes filtered out, by path", ["path"])

@@ -1,0 +1,134 @@
+"""The cluster as the extender needs it: nodes, their devices and counters, what claims use.
+
+Built from raw API objects (dicts) so it can be rebuilt from the API at any time; nothing in it
+lives only in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+from extender.cel_eval import device_view
+
+
+def quantity(text: str | int) -> Decimal:
+    return Decimal(parse_quantity(text))
+
+
+@dataclass(frozen=True)
+class Device:
+    node: str
+    name: str
+    raw: dict[str, Any]
+    view: dict[str, Any]  # what CEL sees
+    consumes: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...]  # (counter set, ((counter, amount), ...))
+    multi: bool
+    tainted: bool
+
+    def attribute(self, name: str) -> Any:
+        value = self.raw.get("attributes", {}).get(name)
+        return next(iter(value.values())) if value else None
+
+    def capacity(self, name: str) -> Decimal | None:
+        value = self.raw.get("capacity", {}).get(name)
+        return quantity(value["value"]) if value else None
+
+
+@dataclass
+class Node:
+    name: str
+    labels: dict[str, str]
+    devices: dict[str, Device] = field(default_factory=dict)
+    counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+
+
+def nodes_from(node_objects: list[dict[str, Any]], slices: list[dict[str, Any]], driver: str) -> dict[str, Node]:
+    """Nodes with the devices our driver publishes (only pools whose latest generation is complete)."""
+    nodes = {
+        n["metadata"]["name"]: Node(n["metadata"]["name"], dict(n["metadata"].get("labels") or {}))
+        for n in node_objects
+    }
+    latest: dict[str, int] = {}
+    for resource_slice in slices:
+        spec = resource_slice["spec"]
+        if spec.get("driver") == driver:
+            pool = spec["pool"]["name"]
+            latest[pool] = max(latest.get(pool, 0), int(spec["pool"].get("generation", 0)))
+    for resource_slice in slices:
+        spec = resource_slice["spec"]
+        node = nodes.get(spec.get("nodeName") or "")
+        if (
+            spec.get("driver") != driver
+            or node is None
+            or int(spec["pool"].get("generation", 0)) != latest[spec["pool"]["name"]]
+        ):
+            continue
+        for counter_set in spec.get("sharedCounters") or []:
+            node.counters[counter_set["name"]] = {k: quantity(v["value"]) for k, v in counter_set["counters"].items()}
+        for raw in spec.get("devices") or []:
+            consumes = tuple(
+                (c["counterSet"], tuple((k, quantity(v["value"])) for k, v in c["counters"].items()))
+                for c in raw.get("consumesCounters") or []
+            )
+            tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in raw.get("taints") or [])
+            node.devices[raw["name"]] = Device(
+                node.name,
+                raw["name"],
+                raw,
+                device_view(driver, raw),
+                consumes,
+                bool(raw.get("allowMultipleAllocations")),
+                tainted,
+            )
+    return nodes
+
+
+@dataclass
+class Usage:
+    """What allocated claims use on one node: whole devices, shared capacity, counters."""
+
+    devices: set[str] = field(default_factory=set)
+    shared: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # multi device -> capacity used
+    counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # counter set -> used
+
+    def copy(self) -> Usage:
+        return Usage(
+            set(self.devices),
+            {d: dict(c) for d, c in self.shared.items()},
+            {s: dict(c) for s, c in self.counters.items()},
+        )
+
+
+def usage_from(claims: list[dict[str, Any]], nodes: dict[str, Node], driver: str) -> dict[str, Usage]:
+    usage: dict[str, Usage] = {name: Usage() for name in nodes}
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation")
+        if not allocation:
+            continue
+        for result in allocation.get("devices", {}).get("results") or []:
+            node = nodes.get(result.get("pool", ""))
+            if result.get("driver") != driver or node is None:
+                continue
+            device = node.devices.get(result["device"])
+            if device is None:
+                continue
+            take(usage[node.name], device, {k: quantity(v) for k, v in (result.get("consumedCapacity") or {}).items()})
+    return usage
+
+
+def take(usage: Usage, device: Device, consumed: dict[str, Decimal] | None = None) -> None:
+    """Record that `device` (or `consumed` of a shared device) is in use."""
+    if device.multi:
+        used = usage.shared.setdefault(device.name, {})
+        for name, amount in (consumed or {}).items():
+            used[name] = used.get(name, Decimal(0)) + amount
+    else:
+        usage.devices.add(device.name)
+    for counter_set, counters in device.consumes:
+        used_counters = usage.counters.setdefault(counter_set, {})
+        for name, amount in counters:
+            used_counters[name] = used_counters.get(name, Decimal(0)) + amount

@@ -1,0 +1,197 @@
+"""Plan every waiting gang at once, oldest first, and hold the planned capacity. Pure.
+
+Each gang's remaining members are planned into one domain at its required (or preferred)
+topology level, best-fit: the feasible domain with the least room to spare, so big free domains
+stay whole. A gang that already has bound members stays in their domain. Capacity planned for a
+gang is held against every later gang and every pod outside a gang. A gang that cannot be placed
+holds nothing, so it never blocks others, and says why. A hold expires after the plan timeout with
+no progress; the gang then waits behind the others for one timeout (backoff) before holding again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.capacity import Matcher, members_fit, place
+from extender.demand import Demand
+from extender.eligibility import eligible
+from extender.gang import GangRef
+from extender.model import Node, Usage
+
+ANYWHERE = "the cluster"
+
+
+@dataclass(frozen=True)
+class Member:
+    pod: str  # namespace/name
+    node: str | None  # bound node
+    demand: Demand
+    created: float  # unix seconds
+    bound_at: float | None = None
+    spec: dict[str, Any] = field(default_factory=dict, compare=False)  # for node eligibility
+
+
+@dataclass
+class Gang:
+    ref: GangRef
+    members: list[Member] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.ref.size or len(self.members)
+
+    @property
+    def bound(self) -> list[Member]:
+        return [m for m in self.members if m.node]
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.size - len(self.bound))
+
+    def anchor(self) -> float:
+        """When the gang last made progress (created, or a member bound)."""
+        times = [m.created for m in self.members] + [m.bound_at for m in self.members if m.bound_at]
+        return max(times) if self.bound else min(m.created for m in self.members)
+
+    def representative(self) -> Member | None:
+        """The newest member still to be placed stands for those not created yet."""
+        waiting = [m for m in self.members if not m.node and m.demand.requests]
+        source = waiting or [m for m in self.members if m.demand.requests]
+        return max(source, key=lambda m: m.created) if source else None
+
+    def demand(self) -> Demand:
+        member = self.representative()
+        return member.demand if member else Demand((), 0)
+
+    def may_use(self, node: Node) -> bool:
+        member = self.representative()
+        return member is None or eligible(member.spec, node.name, node.labels)
+
+
+@dataclass
+class Plan:
+    gang: str
+    feasible: bool
+    slots: dict[str, int] = field(default_factory=dict)  # node -> members to place there
+    domain: str = ANYWHERE
+    reason: str = ""
+    expired: bool = False
+
+
+@dataclass
+class ClusterPlan:
+    plans: dict[str, Plan]
+    held: dict[str, Usage]  # usage per node including holds of active gangs
+    holders: dict[str, list[str]]  # node -> gangs holding capacity there
+
+
+def _expired(gang: Gang, now: float, timeout: float) -> bool:
+    waited = now - gang.anchor()
+    return waited > timeout and int(waited // timeout) % 2 == 1
+
+
+def _domains(nodes: dict[str, Node], level: str | None, gang: Gang) -> dict[str, list[str]]:
+    usable = {name: node for name, node in nodes.items() if gang.may_use(node)}
+    if not level:
+        return {ANYWHERE: sorted(usable)}
+    domains: dict[str, list[str]] = defaultdict(list)
+    for name, node in sorted(usable.items()):
+        if level in node.labels:
+            domains[node.labels[level]].append(name)
+    bound = {nodes[m.node].labels.get(level) for m in gang.bound if m.node in nodes}
+    if bound:  # members already placed decide the domain
+        return {value: names for value, names in domains.items() if value in bound}
+    return dict(domains)
+
+
+def _describe(gang: Gang, demand: Demand, level: str | None) -> str:
+    where = f" in one {level}" if level else ""
+    return f"gang {gang.ref.key} needs {gang.remaining} more pod(s) x {demand.devices} device(s){where}"
+
+
+def _fit_domain(
+    names: list[str], nodes: dict[str, Node], usage: dict[str, Usage], demand: Demand, *, need: int, matcher: Matcher
+) -> tuple[int, list[tuple[str, int]]]:
+    """Members that fit in the domain (up to `need` per node) and per-node room, tightest first."""
+    room = []
+    for name in names:
+        fits, _ = members_fit(nodes[name], usage[name], demand, need, matcher)
+        if fits:
+            room.append((name, fits))
+    room.sort(key=lambda item: (item[1], item[0]))
+    return sum(fits for _, fits in room), room
+
+
+def _plan_gang(
+    gang: Gang, nodes: dict[str, Node], usage: dict[str, Usage], matcher: Matcher, taken: set[str]
+) -> tuple[Plan, dict[str, Usage]]:
+    demand = gang.demand()
+    if gang.ref.error:
+        return Plan(gang.ref.key, False, reason=f"gang {gang.ref.key}: {gang.ref.error}"), {}
+    if gang.remaining == 0 or not demand.requests:
+        return Plan(gang.ref.key, True), {}
+    level = gang.ref.required_topology or gang.ref.preferred_topology
+    attempts = [level] if gang.ref.required_topology or not level else [level, None]
+    best_seen: tuple[int, str] = (0, "")
+    for attempt in attempts:
+        candidates = []
+        for domain, names in _domains(nodes, attempt, gang).items():
+            if gang.ref.exclusive and any(name in taken for name in names):
+                continue  # exclusive placement: no other gang in the domain
+            total, room = _fit_domain(names, nodes, usage, demand, need=gang.remaining, matcher=matcher)
+            best_seen = max(best_seen, (total, domain))
+            if total >= gang.remaining:
+                candidates.append((total, domain, room))
+        if not candidates:
+            continue
+        _, domain, room = min(candidates, key=lambda c: (c[0], c[1]))  # best fit: least room to spare
+        slots: dict[str, int] = {}
+        changed: dict[str, Usage] = {}
+        left = gang.remaining
+        for name, fits in room:
+            take = min(fits, left)
+            current = changed.get(name, usage[name])
+            for _ in range(take):
+                after = place(nodes[name], current, demand, matcher)
+                if after is None:
+                    break
+                current = after
+                slots[name] = slots.get(name, 0) + 1
+                left -= 1
+            changed[name] = current
+            if left == 0:
+                break
+        where = f"{attempt} {domain}" if attempt else ANYWHERE
+        return Plan(gang.ref.key, True, slots, where, f"planned onto {where}"), changed
+    level_text = f"{level} " if level else ""
+    best = f"the best {level_text}({best_seen[1]}) has room for {best_seen[0]}" if best_seen[1] else "no node has room"
+    return Plan(gang.ref.key, False, reason=f"{_describe(gang, demand, level)}; {best}"), {}
+
+
+def plan_cluster(
+    nodes: dict[str, Node], usage: dict[str, Usage], gangs: list[Gang], matcher: Matcher, *, now: float, timeout: float
+) -> ClusterPlan:
+    """Plans for all gangs; `held` is what pods outside these gangs may still use."""
+    held = dict(usage)
+    holders: dict[str, list[str]] = defaultdict(list)
+    plans: dict[str, Plan] = {}
+    taken: set[str] = {m.node for g in gangs for m in g.bound if m.node and g.ref.exclusive}
+    active = [g for g in gangs if g.members and not _expired(g, now, timeout)]
+    waiting = [g for g in gangs if g.members and _expired(g, now, timeout)]
+    for gang in sorted(active, key=lambda g: (min(m.created for m in g.members), g.ref.key)):
+        plan, changed = _plan_gang(gang, nodes, held, matcher, taken)
+        plans[gang.ref.key] = plan
+        held.update(changed)
+        for name in plan.slots:
+            holders[name].append(gang.ref.key)
+            if gang.ref.exclusive:
+                taken.add(name)
+    after_active = dict(held)
+    for gang in sorted(waiting, key=lambda g: (min(m.created for m in g.members), g.ref.key)):
+        plan, changed = _plan_gang(gang, nodes, after_active, matcher, taken)
+        plan.expired = True
+        plans[gang.ref.key] = plan
+        after_active.update(changed)
+    return ClusterPlan(plans, held, dict(holders))

@@ -1,0 +1,206 @@
+"""Cluster state fed by list+watch of the objects the extender reads.
+
+Raw objects are kept as dicts; node models and usage are rebuilt lazily, per node, when a slice,
+node or claim of that node changed. A restarted extender lists everything again and gets the same
+view: nothing needed for correctness lives only in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import defaultdict
+from typing import Any
+
+from kubernetes import client, watch
+
+from extender.decide import ClusterView
+from extender.gang import JOBSET_NAME
+from extender.model import Node, Usage, nodes_from, usage_from
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]
+
+
+def _key(obj: dict[str, Any]) -> Key:
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def _relevant_pod(pod: dict[str, Any]) -> bool:
+    """Pods that can matter: with claims, or in a gang (any of the recognised labels)."""
+    labels = pod["metadata"].get("labels") or {}
+    return bool((pod.get("spec") or {}).get("resourceClaims")) or any(
+        key.startswith(
+            ("nativedra.dev/", "scheduling.x-k8s.io/", "kueue.x-k8s.io/", "jobset.sigs.k8s.io/", "leaderworkerset")
+        )
+        for key in labels
+    )
+
+
+class ClusterState:
+    KINDS = ("nodes", "pods", "resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses", "jobs")
+
+    def __init__(self, driver: str) -> None:
+        self.driver = driver
+        self.lock = threading.RLock()
+        self.version = 0
+        self.objects: dict[str, dict[Key, dict[str, Any]]] = {kind: {} for kind in (*self.KINDS, "podgroups")}
+        self.synced: set[str] = set()
+        self._nodes: dict[str, Node] = {}
+        self._usage: dict[str, Usage] = {}
+        self._slices_by_node: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
+        self._claims_by_node: dict[str, set[Key]] = defaultdict(set)
+        self._dirty_nodes: set[str] = set()
+        self._dirty_usage: set[str] = set()
+
+    @property
+    def ready(self) -> bool:
+        return set(self.KINDS) <= self.synced
+
+    # -- updates -------------------------------------------------------------------------------
+
+    def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+        with self.lock:
+            for key in list(self.objects[kind]):
+                self._forget(kind, key)
+            for item in items:
+                self._store(kind, item)
+            self.synced.add(kind)
+            self.version += 1
+
+    def apply(self, event: str, kind: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            if event == "DELETED":
+                self._forget(kind, _key(obj))
+            else:
+                self._store(kind, obj)
+            self.version += 1
+
+    def _pools(self, claim: dict[str, Any]) -> set[str]:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        return {
+            r.get("pool", "")
+            for r in allocation.get("devices", {}).get("results") or []
+            if r.get("driver") == self.driver
+        }
+
+    def _forget(self, kind: str, key: Key) -> None:
+        old = self.objects[kind].pop(key, None)
+        if old is not None:
+            self._touch(kind, key, old)
+
+    def _store(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "pods" and not _relevant_pod(obj):
+            self._forget(kind, _key(obj))
+            return
+        key = _key(obj)
+        old = self.objects[kind].get(key)
+        self.objects[kind][key] = obj
+        if old is not None:
+            self._touch(kind, key, old)
+        self._touch(kind, key, obj, stored=True)
+
+    def _touch(self, kind: str, key: Key, obj: dict[str, Any], stored: bool = False) -> None:
+        if kind == "nodes":
+            self._dirty_nodes.add(key[1])
+        elif kind == "resourceslices":
+            node = (obj.get("spec") or {}).get("nodeName") or ""
+            if stored:
+                self._slices_by_node[node][key] = obj
+            else:
+                self._slices_by_node[node].pop(key, None)
+            self._dirty_nodes.add(node)
+        elif kind == "resourceclaims":
+            for pool in self._pools(obj):
+                if stored:
+                    self._claims_by_node[pool].add(key)
+                else:
+                    self._claims_by_node[pool].discard(key)
+                self._dirty_usage.add(pool)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _rebuild(self) -> None:
+        for name in self._dirty_nodes:
+            node_object = self.objects["nodes"].get(("", name))
+            if node_object is None:
+                self._nodes.pop(name, None)
+                self._usage.pop(name, None)
+                continue
+            self._nodes.update(nodes_from([node_object], list(self._slices_by_node[name].values()), self.driver))
+            self._dirty_usage.add(name)
+        self._dirty_nodes.clear()
+        for name in self._dirty_usage:
+            if name not in self._nodes:
+                continue
+            claims = [
+                self.objects["resourceclaims"][k]
+                for k in self._claims_by_node[name]
+                if k in self.objects["resourceclaims"]
+            ]
+            self._usage[name] = usage_from(claims, {name: self._nodes[name]}, self.driver)[name]
+        self._dirty_usage.clear()
+
+    def view(self) -> ClusterView:
+        with self.lock:
+            self._rebuild()
+            jobs = {
+                key: int((job.get("spec") or {}).get("parallelism") or 1)
+                for key, job in self.objects["jobs"].items()
+                if JOBSET_NAME in (job["metadata"].get("labels") or {})
+            }
+            pod_groups = {
+                key: int((group.get("spec") or {}).get("minMember") or 0)
+                for key, group in self.objects["podgroups"].items()
+            }
+            return ClusterView(
+                version=self.version,
+                nodes=dict(self._nodes),
+                usage=dict(self._usage),
+                pods=dict(self.objects["pods"]),
+                claims=dict(self.objects["resourceclaims"]),
+                templates=dict(self.objects["resourceclaimtemplates"]),
+                classes={k[1]: v for k, v in self.objects["deviceclasses"].items()},
+                job_parallelism=jobs,
+                pod_group_min=pod_groups,
+            )
+
+
+def _lister(api: client.ApiClient, kind: str) -> Any:
+    core, batch, objects = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
+    if kind == "nodes":
+        return core.list_node
+    if kind == "pods":
+        return core.list_pod_for_all_namespaces
+    if kind == "jobs":
+        return batch.list_job_for_all_namespaces
+    if kind == "podgroups":
+        return lambda **kw: objects.list_cluster_custom_object("scheduling.x-k8s.io", "v1alpha1", "podgroups", **kw)
+    return lambda **kw: objects.list_cluster_custom_object("resource.k8s.io", "v1", kind, **kw)
+
+
+def run_informer(api: client.ApiClient, state: ClusterState, kind: str, stop: threading.Event) -> None:
+    """List, then watch from that resourceVersion; re-list on any error (e.g. 410 Gone, API restart)."""
+    lister = _lister(api, kind)
+    while not stop.is_set():
+        try:
+            response = lister(_preload_content=False)
+            listing = json.loads(response.data)
+            state.replace(kind, listing.get("items") or [])
+            version = listing["metadata"].get("resourceVersion")
+            for event in watch.Watch().stream(lister, resource_version=version, timeout_seconds=300):
+                if stop.is_set():
+                    return
+                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    state.apply(event["type"], kind, event["raw_object"])
+        except client.ApiException as error:
+            if error.status == 404 and kind == "podgroups":
+                state.synced.add(kind)  # the PodGroup CRD is not installed: nothing to watch
+                stop.wait(60)
+                continue
+            log.warning("%s watch: %s %s; re-listing", kind, error.status, error.reason)
+            stop.wait(1)
+        except Exception as error:  # noqa: BLE001 - API restarts and dropped connections: re-list
+            log.warning("%s watch interrupted: %s; re-listing", kind, error)
+            stop.wait(1)
