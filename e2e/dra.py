@@ -73,6 +73,7 @@ def gpu_pod(
     template: str,
     *,
     node: str | None = None,
+    node_selector: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> None:
@@ -83,8 +84,11 @@ def gpu_pod(
         "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
         "terminationGracePeriodSeconds": 0,
     }
+    selector = dict(node_selector or {})
     if node:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        selector["kubernetes.io/hostname"] = node
+    if selector:
+        spec["nodeSelector"] = selector
     metadata: dict[str, Any] = {"name": name, "labels": labels or {}, "annotations": annotations or {}}
     client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": metadata, "spec": spec})
 

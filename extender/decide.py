@@ -11,7 +11,7 @@ from typing import Any
 from extender.capacity import Matcher, place
 from extender.cel_eval import Selectors
 from extender.config import ExtenderConfig
-from extender.demand import NO_DEMAND, Demand, demand_of
+from extender.demand import Demand, demand_of
 from extender.gang import GangRef, gang_of
 from extender.model import Node, Usage
 from extender.planner import ClusterPlan, Gang, Member, plan_cluster
@@ -55,8 +55,10 @@ class Decider:
         self._plan_cache: tuple[tuple[int, int, tuple[tuple[str, str], ...]], ClusterPlan] | None = None
         self._lock = threading.Lock()
 
-    def demand(self, view: ClusterView, pod: dict[str, Any]) -> Demand:
-        return demand_of(pod, view.claims, view.templates, view.classes, self.config.driver)
+    def demand(self, view: ClusterView, pod: dict[str, Any], include_allocated: bool = False) -> Demand:
+        return demand_of(
+            pod, view.claims, view.templates, view.classes, self.config.driver, include_allocated=include_allocated
+        )
 
     def gang(self, view: ClusterView, pod: dict[str, Any]) -> GangRef | None:
         return gang_of(pod, view.job_parallelism, view.pod_group_min)
@@ -79,7 +81,7 @@ class Decider:
                 Member(
                     pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}",
                     node=(pod.get("spec") or {}).get("nodeName"),
-                    demand=self.demand(view, pod) if not (pod.get("spec") or {}).get("nodeName") else NO_DEMAND,
+                    demand=self.demand(view, pod, include_allocated=True),
                     created=_timestamp(pod["metadata"].get("creationTimestamp")),
                     bound_at=_bound_at(pod),
                     spec=pod.get("spec") or {},

@@ -87,8 +87,13 @@ def demand_of(
     templates: dict[tuple[str, str], dict[str, Any]],
     classes: dict[str, dict[str, Any]],
     driver: str,
+    *,
+    include_allocated: bool = False,
 ) -> Demand:
-    """Unallocated claims' requests; an allocated claim (e.g. shared) needs nothing more."""
+    """Unallocated claims' requests; an allocated claim (e.g. shared) needs nothing more.
+
+    With `include_allocated`, the pod's whole shape: what a member like it needs (gang planning
+    uses a bound member to stand for members not created yet)."""
     namespace = pod["metadata"]["namespace"]
     generated = {
         s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
@@ -99,7 +104,7 @@ def demand_of(
         claim_name = reference.get("resourceClaimName") or generated.get(reference["name"])
         claim = claims.get((namespace, claim_name)) if claim_name else None
         if claim is not None:
-            if (claim.get("status") or {}).get("allocation"):
+            if (claim.get("status") or {}).get("allocation") and not include_allocated:
                 continue
             spec = claim.get("spec") or {}
         elif reference.get("resourceClaimTemplateName"):

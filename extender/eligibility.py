@@ -25,10 +25,9 @@ def _expression_matches(labels: dict[str, str], expression: dict[str, Any]) -> b
 
 
 def eligible(pod_spec: dict[str, Any], node_name: str, labels: dict[str, str]) -> bool:
+    """By selector and affinity only: a placed member's nodeName says nothing about its siblings."""
     selector = pod_spec.get("nodeSelector") or {}
     if any(labels.get(k) != v for k, v in selector.items()):
-        return False
-    if pod_spec.get("nodeName") and pod_spec["nodeName"] != node_name:
         return False
     required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"

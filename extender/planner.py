@@ -56,7 +56,7 @@ class Gang:
         return max(times) if self.bound else min(m.created for m in self.members)
 
     def representative(self) -> Member | None:
-        """The newest member still to be placed stands for those not created yet."""
+        """The newest member still to be placed (else the newest placed one) stands for those not created yet."""
         waiting = [m for m in self.members if not m.node and m.demand.requests]
         source = waiting or [m for m in self.members if m.demand.requests]
         return max(source, key=lambda m: m.created) if source else None
@@ -125,7 +125,7 @@ def _fit_domain(
 
 
 def _plan_gang(
-    gang: Gang, nodes: dict[str, Node], usage: dict[str, Usage], matcher: Matcher, taken: set[str]
+    gang: Gang, nodes: dict[str, Node], usage: dict[str, Usage], matcher: Matcher, taken: dict[str, str]
 ) -> tuple[Plan, dict[str, Usage]]:
     demand = gang.demand()
     if gang.ref.error:
@@ -138,8 +138,8 @@ def _plan_gang(
     for attempt in attempts:
         candidates = []
         for domain, names in _domains(nodes, attempt, gang).items():
-            if gang.ref.exclusive and any(name in taken for name in names):
-                continue  # exclusive placement: no other gang in the domain
+            if gang.ref.exclusive and any(taken.get(name, gang.ref.key) != gang.ref.key for name in names):
+                continue  # exclusive placement: no other exclusive gang in the domain
             total, room = _fit_domain(names, nodes, usage, demand, need=gang.remaining, matcher=matcher)
             best_seen = max(best_seen, (total, domain))
             if total >= gang.remaining:
@@ -177,7 +177,7 @@ def plan_cluster(
     held = dict(usage)
     holders: dict[str, list[str]] = defaultdict(list)
     plans: dict[str, Plan] = {}
-    taken: set[str] = {m.node for g in gangs for m in g.bound if m.node and g.ref.exclusive}
+    taken = {m.node: g.ref.key for g in gangs if g.ref.exclusive for m in g.bound if m.node}
     active = [g for g in gangs if g.members and not _expired(g, now, timeout)]
     waiting = [g for g in gangs if g.members and _expired(g, now, timeout)]
     for gang in sorted(active, key=lambda g: (min(m.created for m in g.members), g.ref.key)):
@@ -187,7 +187,7 @@ def plan_cluster(
         for name in plan.slots:
             holders[name].append(gang.ref.key)
             if gang.ref.exclusive:
-                taken.add(name)
+                taken[name] = gang.ref.key
     after_active = dict(held)
     for gang in sorted(waiting, key=lambda g: (min(m.created for m in g.members), g.ref.key)):
         plan, changed = _plan_gang(gang, nodes, after_active, matcher, taken)

@@ -1,0 +1,162 @@
+"""A control plane whose real kube-scheduler calls a real `nativedra extender` process."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+
+from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.publish_config import PublishConfig
+from dra_driver.publisher import SlicePublisher
+from dra_driver.slices import build_slices
+from e2e.cluster import ControlPlane, create_fake_node, resolve, wait_for
+from e2e.cluster.controlplane import free_port
+from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
+
+RACK = "nativedra.dev/rack"
+GPU_CLASS = "gpu.nativedra.dev"
+
+
+def scheduler_extra(port: int) -> dict[str, Any]:
+    return {
+        "percentageOfNodesToScore": 100,
+        "extenders": [
+            {
+                "urlPrefix": f"http://127.0.0.1:{port}",
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "weight": 5,
+                "nodeCacheCapable": True,
+                "ignorable": False,
+                "httpTimeout": "10s",
+            }
+        ],
+    }
+
+
+@dataclass
+class ExtenderCluster:
+    plane: ControlPlane
+    api: client.ApiClient
+    port: int
+    config_file: Path
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    nodes: list[str] = field(default_factory=list)
+
+    def start_extender(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "nativedra.cli",
+                    "extender",
+                    "--kubeconfig",
+                    str(self.plane.kubeconfig),
+                    "--port",
+                    str(self.port),
+                    "--address",
+                    "127.0.0.1",
+                    "--config",
+                    str(self.config_file),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for(self.ready, 60, "the extender's /readyz", self.log.read_text)
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def kill_extender(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def add_gpu_nodes(self, count: int, labels: dict[str, str] | None = None, profile: str = "a100-8x") -> list[str]:
+        """Nodes of 8 whole GPUs (fractions off), published directly with the plugin's builder."""
+        inventory = load_profile(resolve_profile(profile))
+        names = []
+        for _ in range(count):
+            name = f"gpu-{uuid.uuid4().hex[:6]}"
+            create_fake_node(self.api, name, labels)
+            SlicePublisher(self.api, name).reconcile(build_slices(inventory, PublishConfig(fractions=()), name))
+            names.append(name)
+        self.nodes.extend(names)
+        return names
+
+    def remove_nodes(self) -> None:
+        core = client.CoreV1Api(self.api)
+        for name in self.nodes:
+            with contextlib.suppress(client.ApiException):
+                core.delete_node(name)
+        self.nodes.clear()
+
+
+@contextlib.contextmanager
+def extender_cluster(root: Path, extender_config: dict[str, Any]) -> Iterator[ExtenderCluster]:
+    port = free_port()
+    plane = ControlPlane(state_dir=root / "cluster", binaries=resolve(), scheduler_config_extra=scheduler_extra(port))
+    plane.start()
+    config_file = root / "extender.yaml"
+    config_file.write_text(yaml.safe_dump(extender_config))
+    harness = ExtenderCluster(
+        plane,
+        config.new_client_from_config(config_file=str(plane.kubeconfig)),
+        port,
+        config_file,
+        root / "extender.log",
+    )
+    try:
+        apply_file(harness.api, DEVICE_CLASSES)
+        harness.start_extender()
+        yield harness
+    finally:
+        harness.kill_extender()
+        plane.stop()
+
+
+def gang_pods(
+    api: client.ApiClient,
+    namespace: str,
+    gang: str,
+    size: int,
+    gpus: int,
+    *,
+    extra_labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    selector: dict[str, str] | None = None,
+    members: range | None = None,
+) -> list[str]:
+    """Pods of one gang, each asking for `gpus` whole GPUs; returns their names."""
+    template = f"{gang}-gpus"
+    with contextlib.suppress(client.ApiException):
+        claim_template(api, namespace, template, [request("gpus", GPU_CLASS, count=gpus)])
+    names = []
+    for index in members if members is not None else range(size):
+        name = f"{gang}-{index}"
+        labels = {"nativedra.dev/gang": gang, "nativedra.dev/gang-size": str(size), **(extra_labels or {})}
+        gpu_pod(api, namespace, name, template, node_selector=selector, labels=labels, annotations=annotations)
+        names.append(name)
+    return names
+
+
+def bound(api: client.ApiClient, namespace: str, names: list[str]) -> dict[str, str]:
+    """Pod -> node for those of `names` that are bound."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
+    return {p.metadata.name: p.spec.node_name for p in pods if p.metadata.name in names and p.spec.node_name}

@@ -1,0 +1,363 @@
+"""The real kube-scheduler with the nativedra extender: gangs never deadlock half-placed, topology
+domains are honoured, held capacity survives an extender restart, and scores steer placement."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.publish_config import PublishConfig
+from dra_driver.publisher import SlicePublisher
+from dra_driver.slices import build_slices
+from e2e.cluster import create_fake_node, wait_for, wait_pod_scheduled
+from e2e.cluster.waits import unschedulable_message
+from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
+from e2e.extender_harness import RACK, ExtenderCluster, bound, extender_cluster, gang_pods
+
+TEST_LABEL = "e2e.nativedra.dev/test"
+
+
+@pytest.fixture(scope="module")
+def extended() -> Iterator[ExtenderCluster]:
+    root = Path(tempfile.mkdtemp(prefix="nd-ext-", dir="/tmp"))
+    try:
+        with extender_cluster(
+            root,
+            {
+                "topologyLevels": ["topology.kubernetes.io/zone", RACK, "kubernetes.io/hostname"],
+                "planTimeoutSeconds": 600,
+            },
+        ) as harness:
+            yield harness
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def ext(extended: ExtenderCluster) -> Iterator[ExtenderCluster]:
+    """The extender cluster; nodes a test adds are removed afterwards."""
+    yield extended
+    extended.remove_nodes()
+
+
+@pytest.fixture
+def ext_namespace(extended: ExtenderCluster) -> Iterator[str]:
+    core = client.CoreV1Api(extended.api)
+    name = f"x-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: core.list_namespaced_service_account(name).items, 30, "default ServiceAccount")
+    yield name
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespace(name)
+
+
+def _settled(api: client.ApiClient, namespace: str, names: list[str], expected_bound: int) -> bool:
+    """`expected_bound` pods are bound and every other one has the scheduler's verdict."""
+    placed = bound(api, namespace, names)
+    waiting = [n for n in names if n not in placed]
+    return len(placed) == expected_bound and all(unschedulable_message(api, namespace, n) for n in waiting)
+
+
+def _reasons(api: client.ApiClient, namespace: str, names: list[str]) -> str:
+    return "\n".join(f"{name}: {unschedulable_message(api, namespace, name)}" for name in names)
+
+
+def _per_gang(placed: dict[str, str], gangs: tuple[str, ...]) -> dict[str, int]:
+    return {gang: sum(1 for pod in placed if pod.startswith(f"{gang}-")) for gang in gangs}
+
+
+def test_two_gangs_deadlock_without_the_extender_and_not_with_it(
+    api: client.ApiClient,
+    namespace: str,
+    fake_nodes: Callable[..., str],
+    ext: ExtenderCluster,
+    ext_namespace: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+
+    test = uuid.uuid4().hex[:6]
+    apply_file(api, DEVICE_CLASSES)
+    inventory = load_profile(resolve_profile("a100-8x"))
+    for _ in range(6):
+        node = fake_nodes("plain", {TEST_LABEL: test})
+        SlicePublisher(api, node).reconcile(build_slices(inventory, PublishConfig(fractions=()), node))
+    ext.add_gpu_nodes(6, {TEST_LABEL: test})
+
+    def interleaved(cluster_api: client.ApiClient, ns: str) -> list[str]:
+        names = []
+        for index in range(4):  # A0, B0, A1, B1, ...: the order a busy cluster sees them in
+            for gang in ("train-a", "train-b"):
+                names += gang_pods(
+                    cluster_api, ns, gang, 4, 8, selector={TEST_LABEL: test}, members=range(index, index + 1)
+                )
+        return names
+
+    plain = interleaved(api, namespace)
+    wait_for(lambda: _settled(api, namespace, plain, 6), 120, "the default scheduler to place 6 of 8 pods")
+    default_counts = _per_gang(bound(api, namespace, plain), ("train-a", "train-b"))
+
+    extended_pods = interleaved(ext.api, ext_namespace)
+    wait_for(lambda: _settled(ext.api, ext_namespace, extended_pods, 4), 120, "the extender to place one whole gang")
+    extender_counts = _per_gang(bound(ext.api, ext_namespace, extended_pods), ("train-a", "train-b"))
+    with capsys.disabled():
+        print(
+            f"\n6 nodes x 8 GPUs, two gangs of 4 pods x 8 GPUs: default scheduler bound {default_counts}; "
+            f"with the extender bound {extender_counts}"
+        )
+    assert all(0 < count < 4 for count in default_counts.values()), f"expected both half-placed: {default_counts}"
+    assert sorted(extender_counts.values()) == [0, 4], f"expected all-or-nothing: {extender_counts}"
+    winner = next(g for g, c in extender_counts.items() if c == 4)
+    loser = next(g for g, c in extender_counts.items() if c == 0)
+    reason = unschedulable_message(ext.api, ext_namespace, f"{loser}-0") or ""
+    assert f"gang {ext_namespace}/gang:{loser} needs 4 more pod(s) x 8 device(s)" in reason, reason
+
+    core = client.CoreV1Api(ext.api)
+    for index in range(4):
+        core.delete_namespaced_pod(f"{winner}-{index}", ext_namespace, grace_period_seconds=0)
+    waiting = [f"{loser}-{i}" for i in range(4)]
+    wait_for(
+        lambda: len(bound(ext.api, ext_namespace, waiting)) == 4,
+        120,
+        f"gang {loser} to be placed after {winner} left",
+        lambda: str([unschedulable_message(ext.api, ext_namespace, n) for n in waiting]),
+    )
+
+
+def _racks(ext: ExtenderCluster, test: str, layout: dict[str, int]) -> dict[str, str]:
+    """Node -> rack for a fresh set of 8-GPU nodes labelled into racks."""
+    placement = {}
+    for rack, count in layout.items():
+        for node in ext.add_gpu_nodes(count, {TEST_LABEL: test, RACK: rack}):
+            placement[node] = rack
+    return placement
+
+
+def test_required_rack_lands_in_one_rack_or_waits_whole_and_preferred_packs_or_spreads(
+    ext: ExtenderCluster, ext_namespace: str
+) -> None:
+    test = uuid.uuid4().hex[:6]
+    rack_of = _racks(ext, test, {"rack-1": 3, "rack-2": 2, "rack-3": 1})
+    selector = {TEST_LABEL: test}
+    required = {"nativedra.dev/topology-required": RACK}
+    preferred = {"nativedra.dev/topology-preferred": RACK}
+    core = client.CoreV1Api(ext.api)
+
+    first = gang_pods(ext.api, ext_namespace, "req-a", 3, 8, selector=selector, annotations=required)
+    wait_for(lambda: len(bound(ext.api, ext_namespace, first)) == 3, 90, "gang req-a placed")
+    assert {rack_of[n] for n in bound(ext.api, ext_namespace, first).values()} == {"rack-1"}
+
+    second = gang_pods(ext.api, ext_namespace, "req-b", 3, 8, selector=selector, annotations=required)
+    wait_for(lambda: _settled(ext.api, ext_namespace, second, 0), 90, "gang req-b judged")
+    reason = unschedulable_message(ext.api, ext_namespace, "req-b-0") or ""
+    assert f"in one {RACK}" in reason and "has room for 2" in reason, reason
+    for name in second:
+        core.delete_namespaced_pod(name, ext_namespace, grace_period_seconds=0)
+
+    packed = gang_pods(ext.api, ext_namespace, "pref-c", 2, 8, selector=selector, annotations=preferred)
+    wait_for(lambda: len(bound(ext.api, ext_namespace, packed)) == 2, 90, "gang pref-c placed")
+    assert {rack_of[n] for n in bound(ext.api, ext_namespace, packed).values()} == {"rack-2"}, (
+        "best fit: the 2-node rack"
+    )
+    for name in packed:
+        core.delete_namespaced_pod(name, ext_namespace, grace_period_seconds=0)
+
+    spread = gang_pods(ext.api, ext_namespace, "pref-d", 3, 8, selector=selector, annotations=preferred)
+    wait_for(lambda: len(bound(ext.api, ext_namespace, spread)) == 3, 90, "gang pref-d placed across racks")
+    assert {rack_of[n] for n in bound(ext.api, ext_namespace, spread).values()} == {"rack-2", "rack-3"}
+
+
+def test_jobset_and_leaderworkerset_shapes_are_placed_as_gangs(ext: ExtenderCluster, ext_namespace: str) -> None:
+    test = uuid.uuid4().hex[:6]
+    rack_of = _racks(ext, test, {"rack-1": 2, "rack-2": 4})
+    selector = {TEST_LABEL: test}
+    batch = client.BatchV1Api(ext.api)
+    for job_index in range(2):  # what the JobSet controller creates: one Job per replica, here suspended
+        batch.create_namespaced_job(
+            ext_namespace,
+            {
+                "metadata": {
+                    "name": f"train-workers-{job_index}",
+                    "labels": {"jobset.sigs.k8s.io/jobset-name": "train"},
+                },
+                "spec": {
+                    "parallelism": 2,
+                    "completions": 2,
+                    "suspend": True,
+                    "template": {
+                        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.invalid/x"}]}
+                    },
+                },
+            },
+        )
+    jobset_pods = []
+    for job_index in range(2):
+        for completion in range(2):
+            name = f"train-workers-{job_index}-{completion}"
+            labels = {
+                "jobset.sigs.k8s.io/jobset-name": "train",
+                "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                "jobset.sigs.k8s.io/replicatedjob-replicas": "2",
+                "jobset.sigs.k8s.io/job-index": str(job_index),
+                "batch.kubernetes.io/job-name": f"train-workers-{job_index}",
+                "job-name": f"train-workers-{job_index}",
+            }
+            annotations = {**labels, "alpha.jobset.sigs.k8s.io/exclusive-topology": RACK}
+            claim_template(ext.api, ext_namespace, f"{name}-t", [request("gpus", "gpu.nativedra.dev", count=8)])
+            gpu_pod(
+                ext.api,
+                ext_namespace,
+                name,
+                f"{name}-t",
+                node_selector=selector,
+                labels=labels,
+                annotations=annotations,
+            )
+            jobset_pods.append(name)
+    wait_for(
+        lambda: len(bound(ext.api, ext_namespace, jobset_pods)) == 4,
+        90,
+        "the JobSet's 4 pods placed",
+        lambda: _reasons(ext.api, ext_namespace, jobset_pods),
+    )
+    assert {rack_of[n] for n in bound(ext.api, ext_namespace, jobset_pods).values()} == {"rack-2"}, (
+        "exclusive: one rack"
+    )
+
+    lws = {"leaderworkerset.sigs.k8s.io/name": "serve", "leaderworkerset.sigs.k8s.io/group-index": "0"}
+    claim_template(ext.api, ext_namespace, "serve-t", [request("gpus", "gpu.nativedra.dev", count=8)])
+    gpu_pod(
+        ext.api,
+        ext_namespace,
+        "serve-0",
+        "serve-t",
+        node_selector=selector,
+        labels={**lws, "leaderworkerset.sigs.k8s.io/worker-index": "0"},
+        annotations={"leaderworkerset.sigs.k8s.io/size": "2"},
+    )
+    assert wait_pod_scheduled(ext.api, ext_namespace, "serve-0", 90), "the leader is placed before its workers exist"
+    gpu_pod(
+        ext.api,
+        ext_namespace,
+        "serve-0-1",
+        "serve-t",
+        node_selector=selector,
+        labels={**lws, "leaderworkerset.sigs.k8s.io/worker-index": "1"},
+        annotations={"leaderworkerset.sigs.k8s.io/size": "2", "leaderworkerset.sigs.k8s.io/leader-name": "serve-0"},
+    )
+    assert wait_pod_scheduled(ext.api, ext_namespace, "serve-0-1", 90)
+    assert {rack_of[n] for n in bound(ext.api, ext_namespace, ["serve-0", "serve-0-1"]).values()} == {"rack-1"}
+
+
+def test_restarted_extender_keeps_the_held_capacity_and_the_gang_completes_in_its_domain(
+    ext: ExtenderCluster, ext_namespace: str
+) -> None:
+    test = uuid.uuid4().hex[:6]
+    rack_of = _racks(ext, test, {"rack-1": 4, "rack-2": 2})
+    selector = {TEST_LABEL: test}
+    required = {"nativedra.dev/topology-required": RACK}
+    first_half = gang_pods(
+        ext.api, ext_namespace, "big", 4, 8, selector=selector, annotations=required, members=range(2)
+    )
+    wait_for(lambda: len(bound(ext.api, ext_namespace, first_half)) == 2, 90, "2 of 4 members bound")
+
+    ext.kill_extender()
+    ext.start_extender()  # rebuilt from the API alone
+    others = []
+    for index in range(3):
+        claim_template(ext.api, ext_namespace, f"solo-{index}", [request("gpus", "gpu.nativedra.dev", count=8)])
+        gpu_pod(ext.api, ext_namespace, f"solo-{index}", f"solo-{index}", node_selector=selector)
+        others.append(f"solo-{index}")
+    wait_for(
+        lambda: _settled(ext.api, ext_namespace, others, 2),
+        90,
+        "2 solo pods placed, 1 waiting",
+        lambda: _reasons(ext.api, ext_namespace, others),
+    )
+    assert {rack_of[n] for n in bound(ext.api, ext_namespace, others).values()} == {"rack-2"}
+    waiting = next(n for n in others if n not in bound(ext.api, ext_namespace, others))
+    assert "held for gang(s)" in (unschedulable_message(ext.api, ext_namespace, waiting) or "")
+
+    second_half = gang_pods(
+        ext.api, ext_namespace, "big", 4, 8, selector=selector, annotations=required, members=range(2, 4)
+    )
+    wait_for(lambda: len(bound(ext.api, ext_namespace, second_half)) == 2, 90, "the gang completes")
+    assert {rack_of[n] for n in bound(ext.api, ext_namespace, first_half + second_half).values()} == {"rack-1"}
+
+
+def _post(ext: ExtenderCluster, verb: str, body: bytes) -> tuple[int, Any]:
+    request_ = urllib.request.Request(
+        f"http://127.0.0.1:{ext.port}/{verb}", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request_, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_fast_path_and_malformed_calls(ext: ExtenderCluster, ext_namespace: str) -> None:
+    pod = {"metadata": {"name": "web", "namespace": ext_namespace}, "spec": {"containers": [{"name": "c"}]}}
+    status, answer = _post(ext, "filter", json.dumps({"Pod": pod, "NodeNames": ["a", "b", "c"]}).encode())
+    assert status == 200 and answer["NodeNames"] == ["a", "b", "c"] and answer["FailedNodes"] == {}
+    nodes = {"items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]}
+    status, answer = _post(ext, "filter", json.dumps({"Pod": pod, "Nodes": nodes}).encode())
+    assert status == 200 and [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["a", "b"]
+
+    status, answer = _post(ext, "filter", b"{not json")
+    assert status == 400 and "not JSON" in answer["Error"]
+    status, answer = _post(ext, "prioritize", json.dumps({"NodeNames": ["a"]}).encode())
+    assert status == 400 and "'Pod'" in answer["Error"]
+    assert ext.ready(), "the extender keeps serving after bad input"
+
+    ext.add_gpu_nodes(1)
+    client.CoreV1Api(ext.api).create_namespaced_pod(
+        ext_namespace,
+        {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/web"}]}},
+    )
+    assert wait_pod_scheduled(ext.api, ext_namespace, "web", 60)
+
+
+def test_scores_prefer_one_numa_node_and_partly_used_nodes(
+    ext: ExtenderCluster, ext_namespace: str, tmp_path: Path
+) -> None:
+
+    test = uuid.uuid4().hex[:6]
+    document = yaml.safe_load(resolve_profile("l4-4x").read_text())
+    l4s = list(document["gpus"])
+
+    def node_with(numa: list[int], role: str) -> str:
+        name = f"{role}-{uuid.uuid4().hex[:5]}"
+        document["gpus"] = [{**l4s[i], "numaNode": n} for i, n in enumerate(numa)]
+        profile = tmp_path / f"{name}.yaml"
+        profile.write_text(yaml.safe_dump(document))
+        create_fake_node(ext.api, name, {TEST_LABEL: test, "role": role})
+        SlicePublisher(ext.api, name).reconcile(build_slices(load_profile(profile), PublishConfig(fractions=()), name))
+        ext.nodes.append(name)
+        return name
+
+    split = node_with([0, 1], "numa")
+    together = node_with([0, 0], "numa")
+    claim_template(ext.api, ext_namespace, "two", [request("gpus", "gpu.nativedra.dev", count=2)])
+    gpu_pod(ext.api, ext_namespace, "pair", "two", node_selector={TEST_LABEL: test, "role": "numa"})
+    assert wait_pod_scheduled(ext.api, ext_namespace, "pair", 60) == together, f"not the split node {split}"
+
+    partly_used = node_with([0, 0, 0, 0], "pack")
+    node_with([0, 0, 0, 0], "pack")
+    claim_template(ext.api, ext_namespace, "one", [request("gpus", "gpu.nativedra.dev", count=1)])
+    gpu_pod(ext.api, ext_namespace, "first", "two", node=partly_used)
+    assert wait_pod_scheduled(ext.api, ext_namespace, "first", 60) == partly_used
+    gpu_pod(ext.api, ext_namespace, "single", "one", node_selector={TEST_LABEL: test, "role": "pack"})
+    assert wait_pod_scheduled(ext.api, ext_namespace, "single", 60) == partly_used
