@@ -10,12 +10,13 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from bench import bench_prepare, bench_slices
+from bench import bench_extender, bench_prepare, bench_slices
 from e2e.cluster import ControlPlane, resolve
 
-BENCHMARKS: dict[str, Callable[[client.ApiClient, Path], Iterator[str]]] = {
-    "slices": lambda api, _kubeconfig: bench_slices.run(api),
-    "prepare": bench_prepare.run,
+BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]] = {
+    "slices": lambda api, _plane: bench_slices.run(api),
+    "prepare": lambda api, plane: bench_prepare.run(api, plane.kubeconfig),
+    "extender": bench_extender.run,
 }
 
 
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
             api = config.new_client_from_config(config_file=str(plane.kubeconfig))
             for name in args.names or BENCHMARKS:
                 print(f"== {name}", flush=True)
-                for line in BENCHMARKS[name](api, plane.kubeconfig):
+                for line in BENCHMARKS[name](api, plane):
                     print(line, flush=True)
         finally:
             plane.stop()

@@ -54,6 +54,8 @@ class Decider:
         self.matcher = Matcher(Selectors(), config.driver)
         self._plan_cache: tuple[tuple[int, int, tuple[tuple[str, str], ...]], ClusterPlan] | None = None
         self._lock = threading.Lock()
+        # node -> (node object, usage object, demand, score): both objects are replaced on any change
+        self._scores: dict[str, tuple[Node, Usage, Demand, int]] = {}
 
     def demand(self, view: ClusterView, pod: dict[str, Any], include_allocated: bool = False) -> Demand:
         return demand_of(
@@ -139,12 +141,14 @@ class Decider:
         demand = self.demand(view, pod)
         if not demand.requests:
             return dict.fromkeys(names, 0)
-        cluster = self.plan(view, pod, time.time())
-        return {
-            name: score(
-                view.nodes[name], cluster.held.get(name, view.usage[name]), demand, self.matcher, self.config.weights
-            )
-            if name in view.nodes
-            else 0
-            for name in names
-        }
+        # A gang member is scored on real usage: the capacity held for its own gang is meant for it.
+        usage = view.usage if self.gang(view, pod) else self.plan(view, pod, time.time()).held
+        return {name: self._score(view.nodes[name], usage[name], demand) if name in view.nodes else 0 for name in names}
+
+    def _score(self, node: Node, usage: Usage, demand: Demand) -> int:
+        cached = self._scores.get(node.name)
+        if cached and cached[0] is node and cached[1] is usage and cached[2] == demand:
+            return cached[3]
+        value = score(node, usage, demand, self.matcher, self.config.weights)
+        self._scores[node.name] = (node, usage, demand, value)
+        return value

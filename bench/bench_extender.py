@@ -1,0 +1,198 @@
+"""Extender latency at 500 and 5,000 nodes x 8 GPUs (in-process, the same code the HTTP app runs),
+and real kube-scheduler throughput for a DRA workload with the extender divided by without it.
+
+Latency baseline (same run): a JSON round trip of the request body the scheduler sends, the
+least work any extender must do per call.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+from kubernetes import client
+
+from bench.timing import measure, report
+from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.publish_config import PublishConfig
+from dra_driver.publisher import SlicePublisher
+from dra_driver.slices import build_slices
+from e2e.cluster import ControlPlane, create_fake_node, wait_for
+from e2e.cluster.controlplane import free_port
+from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
+from e2e.extender_harness import scheduler_extra
+from extender.config import ExtenderConfig
+from extender.decide import ClusterView, Decider
+from extender.model import Usage, nodes_from
+
+GPU_CLASS = {
+    "metadata": {"name": "gpu.nativedra.dev"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": (
+                        "device.driver == 'gpu.nativedra.dev' && device.attributes['gpu.nativedra.dev'].type == 'gpu'"
+                    )
+                }
+            }
+        ]
+    },
+}
+THROUGHPUT_NODES = 20
+THROUGHPUT_PODS = 100
+
+
+def _view(count: int) -> ClusterView:
+    inventory = load_profile(resolve_profile("a100-8x"))
+    node_objects, slices = [], []
+    for index in range(count):
+        name = f"n{index:05d}"
+        node_objects.append({"metadata": {"name": name, "labels": {"nativedra.dev/rack": f"rack-{index // 16}"}}})
+        slices += [{"spec": spec} for spec in build_slices(inventory, PublishConfig(fractions=()), name)]
+    for spec in slices:
+        spec["spec"]["pool"]["generation"] = 1
+    nodes = nodes_from(node_objects, slices, "gpu.nativedra.dev")
+    template = {
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nativedra.dev", "count": 1}}]
+                }
+            }
+        }
+    }
+    gang_template = {
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nativedra.dev", "count": 8}}]
+                }
+            }
+        }
+    }
+    return ClusterView(
+        version=1,
+        nodes=nodes,
+        usage={name: Usage() for name in nodes},
+        pods={},
+        claims={},
+        templates={("b", "one"): template, ("b", "eight"): gang_template},
+        classes={"gpu.nativedra.dev": GPU_CLASS},
+    )
+
+
+def _pod(name: str, template: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "b",
+            "labels": labels or {},
+            "creationTimestamp": "2026-11-29T00:00:00Z",
+        },
+        "spec": {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}], "containers": []},
+    }
+
+
+def latency(count: int) -> Iterator[str]:
+    view = _view(count)
+    decider = Decider(ExtenderConfig())
+    names = sorted(view.nodes)
+    single = _pod("single", "one")
+    member = _pod(
+        "member-0",
+        "eight",
+        {
+            "nativedra.dev/gang": "train",
+            "nativedra.dev/gang-size": "16",
+            "nativedra.dev/topology-required": "nativedra.dev/rack",
+        },
+    )
+    body = json.dumps({"Pod": single, "NodeNames": names})
+    baseline = measure(lambda: json.loads(json.dumps(json.loads(body))), 20)
+    start = time.perf_counter()
+    decider.filter(view, member, names)
+    warm = time.perf_counter() - start
+    yield f"{count} nodes: first gang filter (selector evaluation and per-node caches) {warm * 1000:.0f} ms"
+    for label, pod in (("filter, 1-GPU pod", single), ("filter, gang member 16x8 GPUs/rack", member)):
+        timing = measure(lambda pod=pod: decider.filter(view, pod, names, now=time.time()), 20)  # type: ignore[misc]
+        yield report(f"{count} nodes: {label}", timing, baseline, "JSON round trip")
+    first = measure(lambda: Decider(ExtenderConfig()).prioritize(view, single, names), 5)
+    yield report(f"{count} nodes: prioritize, first call for a pod shape", first, baseline, "JSON round trip")
+    timing = measure(lambda: decider.prioritize(view, single, names), 20)
+    yield report(f"{count} nodes: prioritize, steady state", timing, baseline, "JSON round trip")
+
+
+def _throughput(api: client.ApiClient, namespace: str) -> float:
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": namespace}})
+    wait_for(lambda: core.list_namespaced_service_account(namespace).items, 30, "default ServiceAccount")
+    claim_template(api, namespace, "one", [request("gpus", "gpu.nativedra.dev", count=1)])
+    start = time.perf_counter()
+    for index in range(THROUGHPUT_PODS):
+        gpu_pod(api, namespace, f"p{index:03d}", "one")
+    wait_for(
+        lambda: sum(1 for p in core.list_namespaced_pod(namespace).items if p.spec.node_name) == THROUGHPUT_PODS,
+        300,
+        "all pods bound",
+    )
+    return THROUGHPUT_PODS / (time.perf_counter() - start)
+
+
+def throughput(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
+    apply_file(api, DEVICE_CLASSES)
+    inventory = load_profile(resolve_profile("a100-8x"))
+    for index in range(THROUGHPUT_NODES):
+        name = f"tput-{index:02d}"
+        create_fake_node(api, name)
+        SlicePublisher(api, name).reconcile(build_slices(inventory, PublishConfig(fractions=()), name))
+    plain = _throughput(api, "tput-plain")
+    port = free_port()
+    plane.restart_scheduler(scheduler_extra(port))
+    extender = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nativedra.cli",
+            "extender",
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--port",
+            str(port),
+            "--address",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+                    return bool(response.status == 200)
+            except OSError:
+                return False
+
+        wait_for(ready, 60, "the extender")
+        client.CoreV1Api(api).delete_namespace("tput-plain")
+        wait_for(lambda: not list(client.CoreV1Api(api).list_namespaced_pod("tput-plain").items), 120, "cleanup")
+        extended = _throughput(api, "tput-extended")
+    finally:
+        extender.terminate()
+        extender.wait(timeout=15)
+    yield (
+        f"scheduler throughput, {THROUGHPUT_PODS} 1-GPU DRA pods on {THROUGHPUT_NODES} nodes: "
+        f"{extended:.1f} pods/s with the extender = {extended / plain:.2f} x without it ({plain:.1f} pods/s)"
+    )
+
+
+def run(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
+    for count in (500, 5000):
+        yield from latency(count)
+    yield from throughput(api, plane)
