@@ -26,6 +26,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(PACKAGES) tests bench
+	$(BIN)/hadolint Dockerfile
 
 unit: venv
 	$(BIN)/pytest tests $(PYTEST_ARGS)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from dra_driver import cli as plugin_cli
+from dra_driver import probe as plugin_probe
 from e2e.cluster import cli as cluster_cli
 from extender import cli as extender_cli
 from nativedra import __version__, demo
@@ -16,7 +17,7 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 
 def _registrars() -> list[Registrar]:
-    return [plugin_cli.register, extender_cli.register, cluster_cli.register, demo.register]
+    return [plugin_cli.register, plugin_probe.register, extender_cli.register, cluster_cli.register, demo.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

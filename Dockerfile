@@ -1,0 +1,19 @@
+# One image for both components: `nativedra plugin` (DaemonSet, runs as root for devices and
+# host paths) and `nativedra extender` (Deployment, runs as the non-root user below).
+FROM python:3.11-slim-bookworm AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY nativedra/ nativedra/
+COPY dra_driver/ dra_driver/
+COPY cdi/ cdi/
+COPY extender/ extender/
+COPY e2e/ e2e/
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim-bookworm
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# The extender's user; the plugin's DaemonSet overrides it with root.
+USER 65532:65532
+ENTRYPOINT ["nativedra"]
+CMD ["--help"]

@@ -1,0 +1,158 @@
+"""Every manifest we ship is accepted by the real API server, the scheduler configuration by the
+real kube-scheduler, and the admission policy keeps each plugin to its own node's slices."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from e2e.cluster import ControlPlane, wait_for
+from e2e.dra import REPO, apply_documents
+
+MANIFESTS = REPO / "manifests"
+CRDS = REPO / "e2e" / "crds"
+PLUGIN_USER = "system:serviceaccount:nativedra-system:nativedra-plugin"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def kustomize(path: Path) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
+    output = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, check=True).stdout
+    return [d for d in yaml.safe_load_all(output) if d]
+
+
+@pytest.fixture(scope="module")
+def installed(api: client.ApiClient) -> list[dict[str, Any]]:
+    documents = kustomize(MANIFESTS / "overlays" / "second-scheduler")
+    apply_documents(api, documents)
+    return documents
+
+
+def test_base_and_overlay_are_accepted(api: client.ApiClient, installed: list[dict[str, Any]]) -> None:
+    base = {(d["kind"], d["metadata"]["name"]) for d in kustomize(MANIFESTS / "base")}
+    assert base <= {(d["kind"], d["metadata"]["name"]) for d in installed}
+    assert ("ValidatingAdmissionPolicy", "nativedra-plugin-own-node-slices") in base
+    assert {"DaemonSet", "Deployment", "Service", "DeviceClass", "ClusterRole"} <= {kind for kind, _ in base}
+    apps = client.AppsV1Api(api)
+    daemonset = apps.read_namespaced_daemon_set("nativedra-plugin", "nativedra-system")
+    env = {
+        e.name: e.value_from.field_ref.field_path
+        for e in daemonset.spec.template.spec.containers[0].env
+        if e.value_from
+    }
+    assert env == {"NATIVEDRA_NODE_NAME": "spec.nodeName", "NATIVEDRA_POD_UID": "metadata.uid"}
+    assert apps.read_namespaced_deployment("nativedra-scheduler", "nativedra-system").spec.replicas == 1
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in (MANIFESTS / "examples").glob("*.yaml")))
+def test_every_example_is_accepted(api: client.ApiClient, namespace: str, installed: Any, example: str) -> None:
+    documents = [d for d in yaml.safe_load_all((MANIFESTS / "examples" / example).read_text()) if d]
+    groups = {d["apiVersion"].split("/")[0] for d in documents}
+    for crd in CRDS.glob("*.yaml"):
+        definition = yaml.safe_load(crd.read_text())
+        if definition["spec"]["group"] in groups:
+            apply_documents(api, [definition])
+            name = definition["metadata"]["name"]
+            wait_for(lambda name=name: _established(api, name), 30, f"CRD {name}")  # type: ignore[misc]
+    apply_documents(api, documents, namespace)
+
+
+def _established(api: client.ApiClient, name: str) -> bool:
+    crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
+    return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+
+@pytest.mark.parametrize(
+    "path", [MANIFESTS / "scheduler" / "kube-scheduler-config.yaml", MANIFESTS / "overlays" / "second-scheduler"]
+)
+def test_scheduler_configuration_is_accepted_by_kube_scheduler(
+    control_plane: ControlPlane, tmp_path: Path, path: Path
+) -> None:
+    if path.is_dir():  # the second scheduler's config lives in its ConfigMap
+        config_map = next(
+            d for d in kustomize(path) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "nativedra-scheduler"
+        )
+        document = yaml.safe_load(config_map["data"]["config.yaml"])
+    else:
+        document = yaml.safe_load(path.read_text())
+    # A real scheduler's file also names its own kubeconfig; only that is added here.
+    document["clientConnection"] = {"kubeconfig": str(control_plane.kubeconfig)}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(document))
+    written = tmp_path / "effective.yaml"
+    result = subprocess.run(
+        [
+            str(control_plane.binaries.kube_scheduler),
+            f"--config={path}",
+            f"--kubeconfig={control_plane.kubeconfig}",
+            f"--write-config-to={written}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    effective = yaml.safe_load(written.read_text())
+    assert effective["extenders"][0]["nodeCacheCapable"] is True
+    assert effective["percentageOfNodesToScore"] == 100
+
+
+def _as_plugin_on(control_plane: ControlPlane, node: str | None) -> client.ApiClient:
+    impersonating = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    impersonating.set_default_header("Impersonate-User", PLUGIN_USER)
+    impersonating.set_default_header("Impersonate-Group", "system:serviceaccounts")
+    if node:
+        impersonating.set_default_header(f"Impersonate-Extra-{NODE_NAME_EXTRA.replace('/', '%2F')}", node)
+    return impersonating
+
+
+def _slice(node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"generateName": f"{node}-vap-"},
+        "spec": {
+            "driver": "gpu.nativedra.dev",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
+
+
+def test_admission_policy_keeps_a_plugin_to_its_own_node(
+    control_plane: ControlPlane, installed: Any, fake_nodes: Any
+) -> None:
+    own, other = fake_nodes("vap"), fake_nodes("vap")
+    plugin = client.CustomObjectsApi(_as_plugin_on(control_plane, own))
+
+    def create(node: str) -> dict[str, Any]:
+        return dict(plugin.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", _slice(node)))
+
+    created = wait_for(lambda: _try(lambda: create(own)), 30, "the plugin's own slice to be admitted (policy sync)")
+    assert created["spec"]["nodeName"] == own
+    with pytest.raises(client.ApiException) as denied:
+        create(other)
+    assert denied.value.status in {403, 422}
+    assert f"may only write ResourceSlices with spec.nodeName {own}, not {other}" in str(denied.value.body)
+    nameless = client.CustomObjectsApi(_as_plugin_on(control_plane, None))
+    with pytest.raises(client.ApiException) as no_node:
+        nameless.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", _slice(own))
+    assert "carries no node name" in str(no_node.value.body)
+
+
+def _try(action: Any) -> Any:
+    try:
+        return action()
+    except client.ApiException as error:
+        if error.status in (403, 422):
+            return None  # the policy may not have reached the admission plugin yet
+        raise
