@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +23,7 @@ from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
 from e2e.cluster import ControlPlane, create_fake_node, wait_for
 from e2e.cluster.controlplane import free_port
+from e2e.cluster.waits import http_ok
 from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
 from e2e.extender_harness import scheduler_extra
 from extender.config import ExtenderConfig
@@ -171,15 +171,7 @@ def throughput(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-
-        def ready() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
-                    return bool(response.status == 200)
-            except OSError:
-                return False
-
-        wait_for(ready, 60, "the extender")
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), 60, "the extender")
         client.CoreV1Api(api).delete_namespace("tput-plain")
         wait_for(lambda: not list(client.CoreV1Api(api).list_namespaced_pod("tput-plain").items), 120, "cleanup")
         extended = _throughput(api, "tput-extended")

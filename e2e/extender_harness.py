@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
 from e2e.cluster import ControlPlane, create_fake_node, resolve, wait_for
 from e2e.cluster.controlplane import free_port
+from e2e.cluster.waits import http_ok
 from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
 
 RACK = "nativedra.dev/rack"
@@ -77,11 +77,7 @@ class ExtenderCluster:
         wait_for(self.ready, 60, "the extender's /readyz", self.log.read_text)
 
     def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
+        return http_ok(f"http://127.0.0.1:{self.port}/readyz")
 
     def kill_extender(self) -> None:
         if self.process and self.process.poll() is None:

@@ -12,7 +12,7 @@ from kubernetes import client, config
 
 from e2e.cluster.controlplane import stop_recorded
 from nativedra.clustermap import read_map
-from nativedra.demo import DEMO_NAMESPACE, pod_claim_names
+from nativedra.demo import DEMO_NAMESPACE, RACK_LABEL, pod_claim_names
 
 
 def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
@@ -28,7 +28,7 @@ def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
         assert run.returncode == 0, run.stderr[-3000:]
         api = config.new_client_from_config(config_file=str(state / "admin.kubeconfig"))
         pods = client.CoreV1Api(api).list_namespaced_pod(DEMO_NAMESPACE).items
-        assert len(pods) == 7
+        assert len(pods) == 16, "7 examples, 4 JobSet pods, an LWS leader and worker, a 3-pod gang"
         cluster_map = read_map(api)
         holders = {
             pod: (node.name, gpu.index)
@@ -57,6 +57,17 @@ def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
                 claims_in_use.add(claim["metadata"]["uid"])
         specs = {p.name.split("_", 1)[1].removesuffix(".yaml") for p in state.glob("nodes/*/cdi/*.yaml")}
         assert specs == claims_in_use, "the kubelet step wrote one CDI spec per claim in use"
+        racks = {
+            node.metadata.name: node.metadata.labels.get(RACK_LABEL) for node in client.CoreV1Api(api).list_node().items
+        }
+        train = [pod for pod in pods if pod.metadata.name.startswith("train-")]
+        assert all(pod.spec.node_name for pod in train), f"JobSet pods pending: {pending}"
+        train_racks = {racks[pod.spec.node_name] for pod in train}
+        assert len(train_racks) == 1, f"the JobSet's pods must share one rack, got {train_racks}"
+        assert all(f"{DEMO_NAMESPACE}/pretrain-{i}" in pending for i in range(3)), "the too-big gang waits whole"
+        assert "needs 3 more pod(s) x 4 device(s) in one nativedra.dev/rack" in pending[f"{DEMO_NAMESPACE}/pretrain-0"]
+        svg = (state / "cluster-map.svg").read_text()
+        assert svg.startswith("<svg") and all(pod.metadata.name in svg for pod in pods if pod.spec.node_name)
     finally:
         stop_recorded(state)
         shutil.rmtree(state, ignore_errors=True)

@@ -26,6 +26,8 @@ from e2e.cluster import create_fake_node, wait_for, wait_pod_scheduled
 from e2e.cluster.waits import unschedulable_message
 from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
 from e2e.extender_harness import RACK, ExtenderCluster, bound, extender_cluster, gang_pods
+from e2e.shapes import jobset_pods as jobset_shape
+from e2e.shapes import lws_pod
 
 TEST_LABEL = "e2e.nativedra.dev/test"
 
@@ -183,49 +185,17 @@ def test_jobset_and_leaderworkerset_shapes_are_placed_as_gangs(ext: ExtenderClus
     test = uuid.uuid4().hex[:6]
     rack_of = _racks(ext, test, {"rack-1": 2, "rack-2": 4})
     selector = {TEST_LABEL: test}
-    batch = client.BatchV1Api(ext.api)
-    for job_index in range(2):  # what the JobSet controller creates: one Job per replica, here suspended
-        batch.create_namespaced_job(
-            ext_namespace,
-            {
-                "metadata": {
-                    "name": f"train-workers-{job_index}",
-                    "labels": {"jobset.sigs.k8s.io/jobset-name": "train"},
-                },
-                "spec": {
-                    "parallelism": 2,
-                    "completions": 2,
-                    "suspend": True,
-                    "template": {
-                        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.invalid/x"}]}
-                    },
-                },
-            },
-        )
-    jobset_pods = []
-    for job_index in range(2):
-        for completion in range(2):
-            name = f"train-workers-{job_index}-{completion}"
-            labels = {
-                "jobset.sigs.k8s.io/jobset-name": "train",
-                "jobset.sigs.k8s.io/replicatedjob-name": "workers",
-                "jobset.sigs.k8s.io/replicatedjob-replicas": "2",
-                "jobset.sigs.k8s.io/job-index": str(job_index),
-                "batch.kubernetes.io/job-name": f"train-workers-{job_index}",
-                "job-name": f"train-workers-{job_index}",
-            }
-            annotations = {**labels, "alpha.jobset.sigs.k8s.io/exclusive-topology": RACK}
-            claim_template(ext.api, ext_namespace, f"{name}-t", [request("gpus", "gpu.nativedra.dev", count=8)])
-            gpu_pod(
-                ext.api,
-                ext_namespace,
-                name,
-                f"{name}-t",
-                node_selector=selector,
-                labels=labels,
-                annotations=annotations,
-            )
-            jobset_pods.append(name)
+    claim_template(ext.api, ext_namespace, "eight", [request("gpus", "gpu.nativedra.dev", count=8)])
+    jobset_pods = jobset_shape(
+        ext.api,
+        ext_namespace,
+        "train",
+        "eight",
+        replicas=2,
+        parallelism=2,
+        exclusive_topology=RACK,
+        node_selector=selector,
+    )
     wait_for(
         lambda: len(bound(ext.api, ext_namespace, jobset_pods)) == 4,
         90,
@@ -236,28 +206,10 @@ def test_jobset_and_leaderworkerset_shapes_are_placed_as_gangs(ext: ExtenderClus
         "exclusive: one rack"
     )
 
-    lws = {"leaderworkerset.sigs.k8s.io/name": "serve", "leaderworkerset.sigs.k8s.io/group-index": "0"}
-    claim_template(ext.api, ext_namespace, "serve-t", [request("gpus", "gpu.nativedra.dev", count=8)])
-    gpu_pod(
-        ext.api,
-        ext_namespace,
-        "serve-0",
-        "serve-t",
-        node_selector=selector,
-        labels={**lws, "leaderworkerset.sigs.k8s.io/worker-index": "0"},
-        annotations={"leaderworkerset.sigs.k8s.io/size": "2"},
-    )
-    assert wait_pod_scheduled(ext.api, ext_namespace, "serve-0", 90), "the leader is placed before its workers exist"
-    gpu_pod(
-        ext.api,
-        ext_namespace,
-        "serve-0-1",
-        "serve-t",
-        node_selector=selector,
-        labels={**lws, "leaderworkerset.sigs.k8s.io/worker-index": "1"},
-        annotations={"leaderworkerset.sigs.k8s.io/size": "2", "leaderworkerset.sigs.k8s.io/leader-name": "serve-0"},
-    )
-    assert wait_pod_scheduled(ext.api, ext_namespace, "serve-0-1", 90)
+    leader = lws_pod(ext.api, ext_namespace, "serve", "eight", size=2, worker=0, node_selector=selector)
+    assert wait_pod_scheduled(ext.api, ext_namespace, leader, 90), "the leader is placed before its workers exist"
+    worker = lws_pod(ext.api, ext_namespace, "serve", "eight", size=2, worker=1, node_selector=selector)
+    assert wait_pod_scheduled(ext.api, ext_namespace, worker, 90)
     assert {rack_of[n] for n in bound(ext.api, ext_namespace, ["serve-0", "serve-0-1"]).values()} == {"rack-1"}
 
 

@@ -54,6 +54,8 @@ class Decider:
         self.matcher = Matcher(Selectors(), config.driver)
         self._plan_cache: tuple[tuple[int, int, tuple[tuple[str, str], ...]], ClusterPlan] | None = None
         self._lock = threading.Lock()
+        # gang -> domain it was last planned into (keeps members answered but not yet bound together)
+        self._domains: dict[str, str] = {}
         # node -> (node object, usage object, demand, score): both objects are replaced on any change
         self._scores: dict[str, tuple[Node, Usage, Demand, int]] = {}
 
@@ -97,16 +99,21 @@ class Decider:
         with self._lock:
             if self._plan_cache and self._plan_cache[0] == cache_key:
                 return self._plan_cache[1]
+        gangs = self.gangs(view, pod)
+        with self._lock:
+            sticky = dict(self._domains)
         result = plan_cluster(
             view.nodes,
             view.usage,
-            self.gangs(view, pod),
+            gangs,
             self.matcher,
             now=now,
             timeout=self.config.plan_timeout_seconds,
+            sticky=sticky,
         )
         with self._lock:
             self._plan_cache = (cache_key, result)
+            self._domains = {key: plan.domain_value for key, plan in result.plans.items() if plan.domain_value}
         return result
 
     def filter(

@@ -40,7 +40,8 @@ class Gang:
 
     @property
     def size(self) -> int:
-        return self.ref.size or len(self.members)
+        """A gang is never smaller than the members that exist (e.g. a Job not yet seen by the watch)."""
+        return max(self.ref.size or 0, len(self.members))
 
     @property
     def bound(self) -> list[Member]:
@@ -78,6 +79,7 @@ class Plan:
     domain: str = ANYWHERE
     reason: str = ""
     expired: bool = False
+    domain_value: str | None = None  # the label value of the chosen domain
 
 
 @dataclass
@@ -125,7 +127,13 @@ def _fit_domain(
 
 
 def _plan_gang(
-    gang: Gang, nodes: dict[str, Node], usage: dict[str, Usage], matcher: Matcher, taken: dict[str, str]
+    gang: Gang,
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    matcher: Matcher,
+    *,
+    taken: dict[str, str],
+    sticky: str | None = None,
 ) -> tuple[Plan, dict[str, Usage]]:
     demand = gang.demand()
     if gang.ref.error:
@@ -146,7 +154,9 @@ def _plan_gang(
                 candidates.append((total, domain, room))
         if not candidates:
             continue
-        _, domain, room = min(candidates, key=lambda c: (c[0], c[1]))  # best fit: least room to spare
+        # Keep the domain already given to members not yet seen bound; else best fit: least room to spare.
+        kept = [c for c in candidates if c[1] == sticky]
+        _, domain, room = kept[0] if kept else min(candidates, key=lambda c: (c[0], c[1]))
         slots: dict[str, int] = {}
         changed: dict[str, Usage] = {}
         left = gang.remaining
@@ -164,16 +174,27 @@ def _plan_gang(
             if left == 0:
                 break
         where = f"{attempt} {domain}" if attempt else ANYWHERE
-        return Plan(gang.ref.key, True, slots, where, f"planned onto {where}"), changed
+        return Plan(gang.ref.key, True, slots, where, f"planned onto {where}", domain_value=domain), changed
     level_text = f"{level} " if level else ""
     best = f"the best {level_text}({best_seen[1]}) has room for {best_seen[0]}" if best_seen[1] else "no node has room"
     return Plan(gang.ref.key, False, reason=f"{_describe(gang, demand, level)}; {best}"), {}
 
 
 def plan_cluster(
-    nodes: dict[str, Node], usage: dict[str, Usage], gangs: list[Gang], matcher: Matcher, *, now: float, timeout: float
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    gangs: list[Gang],
+    matcher: Matcher,
+    *,
+    now: float,
+    timeout: float,
+    sticky: dict[str, str] | None = None,
 ) -> ClusterPlan:
-    """Plans for all gangs; `held` is what pods outside these gangs may still use."""
+    """Plans for all gangs; `held` is what pods outside these gangs may still use.
+
+    `sticky` maps a gang to the domain it was last planned into: members already answered may not
+    be bound yet, so a feasible earlier choice is kept rather than re-chosen."""
+    sticky = sticky or {}
     held = dict(usage)
     holders: dict[str, list[str]] = defaultdict(list)
     plans: dict[str, Plan] = {}
@@ -181,7 +202,7 @@ def plan_cluster(
     active = [g for g in gangs if g.members and not _expired(g, now, timeout)]
     waiting = [g for g in gangs if g.members and _expired(g, now, timeout)]
     for gang in sorted(active, key=lambda g: (min(m.created for m in g.members), g.ref.key)):
-        plan, changed = _plan_gang(gang, nodes, held, matcher, taken)
+        plan, changed = _plan_gang(gang, nodes, held, matcher, taken=taken, sticky=sticky.get(gang.ref.key))
         plans[gang.ref.key] = plan
         held.update(changed)
         for name in plan.slots:
@@ -190,7 +211,7 @@ def plan_cluster(
                 taken[name] = gang.ref.key
     after_active = dict(held)
     for gang in sorted(waiting, key=lambda g: (min(m.created for m in g.members), g.ref.key)):
-        plan, changed = _plan_gang(gang, nodes, after_active, matcher, taken)
+        plan, changed = _plan_gang(gang, nodes, after_active, matcher, taken=taken, sticky=sticky.get(gang.ref.key))
         plan.expired = True
         plans[gang.ref.key] = plan
         after_active.update(changed)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+from html import escape
 from typing import Any
 
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
 from dra_driver import DRIVER_NAME
+from extender.gang import gang_of
 
 BAR = 16
 MIG_MEMORY_SLICES = 8
@@ -49,6 +51,7 @@ class ClusterMap:
     nodes: list[NodeView]
     pending: list[tuple[str, str]]  # (namespace/pod, scheduler's reason)
     bound: dict[str, str]  # namespace/pod -> node
+    gangs: dict[str, str] = field(default_factory=dict)  # namespace/pod -> gang
 
 
 def _holding(device: dict[str, Any], result: dict[str, Any], pods: list[str]) -> Holding:
@@ -106,9 +109,12 @@ def build_map(
                 continue
             index = device["attributes"]["index"]["int"]
             views[result["pool"]].gpus[index].holdings.append(_holding(device, result, holders))
-    pending, bound = [], {}
+    pending, bound, gangs = [], {}, {}
     for pod in pods:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        gang = gang_of(pod, {}, {})
+        if gang is not None:
+            gangs[key] = gang.key.split("/", 1)[1]
         if pod["spec"].get("nodeName"):
             bound[key] = pod["spec"]["nodeName"]
             continue
@@ -117,12 +123,18 @@ def build_map(
             "not yet considered by the scheduler",
         )
         pending.append((key, reason))
-    return ClusterMap(sorted(views.values(), key=lambda v: v.name), sorted(pending), bound)
+    return ClusterMap(sorted(views.values(), key=lambda v: v.name), sorted(pending), bound, gangs)
 
 
 def _bar(used: float) -> str:
     filled = round(used * BAR)
     return "[" + "#" * filled + "." * (BAR - filled) + "]"
+
+
+def _pods(cluster: ClusterMap, pods: list[str]) -> str:
+    if not pods:
+        return "(claim not in use)"
+    return ", ".join(f"{pod} [{cluster.gangs[pod]}]" if pod in cluster.gangs else pod for pod in pods)
 
 
 def render_text(cluster: ClusterMap, topology_labels: tuple[str, ...] = ()) -> str:
@@ -133,18 +145,65 @@ def render_text(cluster: ClusterMap, topology_labels: tuple[str, ...] = ()) -> s
         where = " ".join(f"{key.split('/')[-1]}={node.labels[key]}" for key in topology_labels if key in node.labels)
         lines.append(f"node {node.name}  {where}  ({len(node.gpus)} GPUs, {next(iter(node.gpus.values())).product})")
         for gpu in sorted(node.gpus.values(), key=lambda g: g.index):
-            parts = (
-                "; ".join(f"{h.label} -> {', '.join(h.pods) or '(claim not in use)'}" for h in gpu.holdings) or "free"
-            )
+            parts = "; ".join(f"{h.label} -> {_pods(cluster, h.pods)}" for h in gpu.holdings) or "free"
             numa = "-" if gpu.numa is None else gpu.numa
             lines.append(f"  gpu-{gpu.index:<2} numa {numa}  {_bar(gpu.used)}  {parts}")
     lines.append("")
     if cluster.pending:
         lines.append("pending pods:")
-        lines.extend(f"  {pod}: {reason}" for pod, reason in cluster.pending)
+        lines.extend(
+            f"  {pod}{f' [{cluster.gangs[pod]}]' if pod in cluster.gangs else ''}: {reason}"
+            for pod, reason in cluster.pending
+        )
     else:
         lines.append("pending pods: none")
     return "\n".join(lines)
+
+
+_COLOURS = {"gpu": "#4c78a8", "fraction": "#f58518", "mig": "#54a24b", "share": "#b279a2"}
+GPU_W, GPU_H, NODE_GAP, ROW_H, LABEL_W = 150, 26, 20, 30, 150
+COLUMN = 40 + GPU_W + LABEL_W + NODE_GAP
+
+
+def render_svg(cluster: ClusterMap, topology_labels: tuple[str, ...] = ()) -> str:
+    """The same map as a picture: a column per node, a bar per GPU filled by what holds it."""
+    nodes = [n for n in cluster.nodes if n.gpus]
+    height = 70 + max((len(n.gpus) for n in nodes), default=0) * ROW_H + 30 + 16 * len(cluster.pending)
+    width = max(1000, len(nodes) * COLUMN + 20)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="11">',
+        '<rect width="100%" height="100%" fill="white"/>',
+    ]
+    for column, node in enumerate(nodes):
+        x = 20 + column * COLUMN
+        where = " ".join(node.labels[k] for k in topology_labels if k in node.labels)
+        out.append(f'<text x="{x}" y="20" font-weight="bold">{escape(node.name)}</text>')
+        out.append(
+            f'<text x="{x}" y="36" fill="#555">{escape(where)} {escape(next(iter(node.gpus.values())).product)}</text>'
+        )
+        for row, gpu in enumerate(sorted(node.gpus.values(), key=lambda g: g.index)):
+            y = 50 + row * ROW_H
+            out.append(f'<text x="{x}" y="{y + 17}">gpu-{gpu.index}</text>')
+            out.append(f'<rect x="{x + 40}" y="{y}" width="{GPU_W}" height="{GPU_H}" fill="#eee" stroke="#999"/>')
+            offset = 0.0
+            for holding in gpu.holdings:
+                part = min(holding.share, 1 - offset)
+                colour = _COLOURS.get(holding.kind, "#888")
+                tip = escape(f"{holding.label}: {_pods(cluster, holding.pods)}")
+                out.append(
+                    f'<rect x="{x + 40 + offset * GPU_W:.1f}" y="{y}" width="{part * GPU_W:.1f}" height="{GPU_H}" '
+                    f'fill="{colour}" stroke="white"><title>{tip}</title></rect>'
+                )
+                offset += part
+            names = ", ".join(p.split("/")[-1] for h in gpu.holdings for p in h.pods)
+            out.append(f'<text x="{x + 44 + GPU_W}" y="{y + 17}" fill="#333">{escape(names[:22])}</text>')
+    y = height - 16 * len(cluster.pending) - 10
+    out.append(f'<text x="20" y="{y}" font-weight="bold">pending: {len(cluster.pending) or "none"}</text>')
+    for index, (pod, reason) in enumerate(cluster.pending):
+        out.append(f'<text x="20" y="{y + 16 * (index + 1)}" fill="#a00">{escape(pod)}: {escape(reason[:160])}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
 
 
 def read_map(api: client.ApiClient) -> ClusterMap:

@@ -12,12 +12,15 @@ from pathlib import Path
 from kubernetes import client, config
 
 from dra_driver import DRIVER_NAME
-from e2e.cluster import binaries, create_fake_node, wait_for
+from e2e.cluster import WaitTimeoutError, binaries, create_fake_node, wait_for
 from e2e.cluster.cli import default_state_dir, start_detached
-from e2e.cluster.controlplane import ControlPlaneError, stop_recorded
-from e2e.dra import DEVICE_CLASSES, REPO, apply_file, claim_key, published_devices
+from e2e.cluster.controlplane import ControlPlaneError, free_port, stop_recorded
+from e2e.cluster.waits import http_ok
+from e2e.dra import DEVICE_CLASSES, REPO, apply_file, claim_key, claim_template, gpu_pod, published_devices, request
+from e2e.extender_harness import scheduler_extra
 from e2e.kubelet import make_dev_tree, prepare
-from nativedra.clustermap import read_map, render_text
+from e2e.shapes import jobset_pods, lws_pod
+from nativedra.clustermap import read_map, render_svg, render_text
 from nativedra.flags import add_flag
 
 RACK_LABEL = "nativedra.dev/rack"
@@ -112,12 +115,47 @@ def play_kubelet(api: client.ApiClient, state_dir: Path, nodes: set[str]) -> int
     return prepared
 
 
+def gang_workloads(api: client.ApiClient) -> None:
+    """Gangs as their controllers would create them: a JobSet training job (2 x 2 pods, one rack),
+    a LeaderWorkerSet leader (its worker follows once it is placed), and a job too big for any rack."""
+    claim_template(api, DEMO_NAMESPACE, "two-gpus", [request("gpus", "gpu.nativedra.dev", count=2)])
+    jobset_pods(api, DEMO_NAMESPACE, "train", "two-gpus", replicas=2, parallelism=2, exclusive_topology=RACK_LABEL)
+    lws_pod(api, DEMO_NAMESPACE, "serve", "two-gpus", size=2, worker=0)
+    # 3 pods x 4 GPUs in one rack can never fit: a rack has 2 H100 nodes with 6 whole GPUs each.
+    claim_template(api, DEMO_NAMESPACE, "four-gpus", [request("gpus", "gpu.nativedra.dev", count=4)])
+    for index in range(3):
+        gpu_pod(
+            api,
+            DEMO_NAMESPACE,
+            f"pretrain-{index}",
+            "four-gpus",
+            labels={"nativedra.dev/gang": "pretrain", "nativedra.dev/gang-size": "3"},
+            annotations={"nativedra.dev/topology-required": RACK_LABEL},
+        )
+
+
 def run_demo(state_dir: Path, layout: tuple[DemoNode, ...] = DEFAULT_LAYOUT) -> int:
     started = time.monotonic()
     stop_recorded(state_dir)  # a previous demo is replaced, not reused
     _say("starting the local control plane (the first run builds Kubernetes; later runs reuse it)...")
-    plane = start_detached(state_dir, {"percentageOfNodesToScore": 100})
+    port = free_port()
+    plane = start_detached(state_dir, scheduler_extra(port))
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+    plane.spawn(
+        "extender",
+        Path(sys.executable),
+        [
+            "-m",
+            "nativedra.cli",
+            "extender",
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--port",
+            str(port),
+            "--address",
+            "127.0.0.1",
+        ],
+    )
     apply_file(api, DEVICE_CLASSES)
     devices_made = True
     for node in layout:
@@ -138,10 +176,19 @@ def run_demo(state_dir: Path, layout: tuple[DemoNode, ...] = DEFAULT_LAYOUT) -> 
         30,
         "the demo namespace's default ServiceAccount",
     )
+    wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), 60, "the extender to sync")
+    gang_workloads(api)  # first, so the map shows their domains decided before the examples arrive
+    wait_for(lambda: _settled(api), 90, "the gangs to be placed or judged")
     for example in EXAMPLES:
         apply_file(api, EXAMPLES_DIR / example, DEMO_NAMESPACE)
     wait_for(lambda: _settled(api), 90, "every demo pod to be scheduled or judged unschedulable")
-    print(render_text(read_map(api), (RACK_LABEL,)))
+    lws_pod(api, DEMO_NAMESPACE, "serve", "two-gpus", size=2, worker=1)  # the LWS controller adds workers later
+    wait_for(lambda: _settled(api), 90, "the inference worker")
+    cluster_map = read_map(api)
+    print(render_text(cluster_map, (RACK_LABEL,)))
+    svg = state_dir / "cluster-map.svg"
+    svg.write_text(render_svg(cluster_map, (RACK_LABEL,)))
+    print(f"\nthe same map as a picture: {svg}")
     if devices_made:
         prepared = play_kubelet(api, state_dir, {node.name for node in layout})
         specs = sorted(state_dir.glob("nodes/*/cdi/*.yaml"))
@@ -164,7 +211,7 @@ def run_demo(state_dir: Path, layout: tuple[DemoNode, ...] = DEFAULT_LAYOUT) -> 
 def _demo(args: argparse.Namespace) -> int:
     try:
         return run_demo(Path(args.state_dir).resolve())
-    except (ControlPlaneError, binaries.BinaryError) as error:
+    except (ControlPlaneError, binaries.BinaryError, WaitTimeoutError) as error:
         print(f"nativedra demo: {error}", file=sys.stderr)
         return 1
 

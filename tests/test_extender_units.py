@@ -222,3 +222,27 @@ def test_invalid_extender_config_names_the_field(tmp_path: Path) -> None:
         load_config(path)
     path.write_text("topologyLevels: [rack]\nweights: {numa: 3}\n")
     assert load_config(path).weights.numa == 3
+
+
+def test_a_gang_is_never_smaller_than_its_members() -> None:
+    undercounted = gang("g", 2, 1.0)
+    undercounted.members += [Member(f"ns/g-{i}", None, EIGHT, 5.0 + i) for i in (2, 3)]
+    assert undercounted.size == 4
+    result = plan(cluster({"r": 6}), [undercounted])
+    assert sum(result.plans["ns/gang:g"].slots.values()) == 4
+
+
+def test_a_domain_already_given_to_members_is_kept_while_feasible() -> None:
+    nodes = cluster({"big": 4, "small": 2})
+    usage = {name: Usage() for name in nodes}
+    matcher = Matcher(Selectors(), DRIVER)
+    fresh = plan_cluster(nodes, usage, [gang("g", 2, 1.0, "rack")], matcher, now=2.0, timeout=300.0)
+    assert fresh.plans["ns/gang:g"].domain_value == "small", "best fit on first sight"
+    kept = plan_cluster(
+        nodes, usage, [gang("g", 2, 1.0, "rack")], matcher, now=2.0, timeout=300.0, sticky={"ns/gang:g": "big"}
+    )
+    assert set(kept.plans["ns/gang:g"].slots) <= {f"big-{i}" for i in range(4)}
+    gone = plan_cluster(
+        nodes, usage, [gang("g", 5, 1.0, "rack")], matcher, now=2.0, timeout=300.0, sticky={"ns/gang:g": "small"}
+    )
+    assert not gone.plans["ns/gang:g"].feasible, "a remembered domain never makes an impossible plan look possible"

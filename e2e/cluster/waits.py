@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -97,3 +98,12 @@ def wait_pod_unschedulable(api: client.ApiClient, namespace: str, name: str, tim
         f"pod {namespace}/{name} to be marked unschedulable",
         lambda: describe_pod(api, namespace, name),
     )
+
+
+def http_ok(url: str) -> bool:
+    """True when `url` answers 200 (readiness of a local HTTP service)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
