@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +20,7 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.cluster import ControlPlane, create_fake_node, wait_for
+from e2e.cluster import ControlPlane, commands, create_fake_node, wait_for
 from e2e.cluster.controlplane import free_port
 from e2e.cluster.waits import http_ok
 from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
@@ -155,20 +154,7 @@ def throughput(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
     port = free_port()
     plane.restart_scheduler(scheduler_extra(port))
     extender = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nativedra.cli",
-            "extender",
-            "--kubeconfig",
-            str(plane.kubeconfig),
-            "--port",
-            str(port),
-            "--address",
-            "127.0.0.1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        commands.extender(plane.kubeconfig, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), 60, "the extender")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from kubernetes import client
 from bench.timing import Timing, measure, report
 from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import resolve_profile
-from e2e.cluster import create_fake_node, wait_for
+from e2e.cluster import commands, create_fake_node, wait_for
 from e2e.dra import published_devices
 from e2e.kubelet import make_dev_tree, plugin_info, prepare, unprepare
 
@@ -32,7 +31,6 @@ NODE = "bench-prepare"
 CLAIMS = 200
 CALLERS = 8
 GPUS = 64
-PROFILE_ARGS: list[str] = []  # e.g. ["-m", "cProfile", "-o", "/tmp/prepare.prof"] to profile the plugin
 
 
 def _profile(path: Path) -> Path:
@@ -100,15 +98,9 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
     make_dev_tree(root / "dev", range(GPUS))
     registry, plugins = root / "registry", root / "plugins"
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nativedra.cli",
-            "plugin",
-            "--node-name",
+        commands.plugin(
             NODE,
-            "--kubeconfig",
-            str(kubeconfig),
+            kubeconfig,
             "--backend",
             "simulated",
             "--profile",
@@ -121,7 +113,7 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
             str(root / "cdi"),
             "--dev-root",
             str(root / "dev"),
-        ],
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from e2e.cluster import ControlPlane, create_fake_node, resolve, wait_for
+from e2e.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 
 
 @pytest.fixture(scope="session")
@@ -77,17 +76,7 @@ def plugin_processes(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Ca
     def start(node: str, *args: str) -> subprocess.Popen[bytes]:
         log = (tmp_path / f"plugin-{node}.log").open("wb")
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "nativedra.cli",
-                "plugin",
-                "--node-name",
-                node,
-                "--kubeconfig",
-                str(control_plane.kubeconfig),
-                *args,
-            ],
+            commands.plugin(node, control_plane.kubeconfig, *args),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -135,15 +124,9 @@ class NodePlugin:
     def start(self, env: dict[str, str] | None = None) -> None:
         with self.log.open("ab") as log:
             process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "nativedra.cli",
-                    "plugin",
-                    "--node-name",
+                commands.plugin(
                     self.node,
-                    "--kubeconfig",
-                    str(self.control_plane.kubeconfig),
+                    self.control_plane.kubeconfig,
                     "--registry-dir",
                     str(self.registry_dir),
                     "--plugin-dir",
@@ -155,7 +138,7 @@ class NodePlugin:
                     "--fault-file",
                     str(self.fault_file),
                     *self.args,
-                ],
+                ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.cluster import ControlPlane, create_fake_node, resolve, wait_for
+from e2e.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from e2e.cluster.controlplane import free_port
 from e2e.cluster.waits import http_ok
 from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
@@ -57,20 +56,7 @@ class ExtenderCluster:
     def start_extender(self) -> None:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "nativedra.cli",
-                    "extender",
-                    "--kubeconfig",
-                    str(self.plane.kubeconfig),
-                    "--port",
-                    str(self.port),
-                    "--address",
-                    "127.0.0.1",
-                    "--config",
-                    str(self.config_file),
-                ],
+                commands.extender(self.plane.kubeconfig, self.port, "--config", str(self.config_file)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

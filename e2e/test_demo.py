@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from kubernetes import client, config
 
+from e2e.cluster import commands
 from e2e.cluster.controlplane import stop_recorded
 from nativedra.clustermap import read_map
 from nativedra.demo import DEMO_NAMESPACE, RACK_LABEL, pod_claim_names
@@ -19,7 +19,7 @@ def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
     state = Path(tempfile.mkdtemp(prefix="nd-demo-", dir="/tmp"))
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "nativedra.cli", "demo", "--state-dir", str(state)],
+            commands.nativedra("demo", "--state-dir", str(state)),
             capture_output=True,
             text=True,
             timeout=600,

@@ -5,7 +5,6 @@ a GPU together with a part of it."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from dra_driver.discovery.simulated import load_profile, packaged_profiles, reso
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher, same_spec
 from dra_driver.slices import build_slices
-from e2e.cluster import wait_for, wait_pod_scheduled, wait_pod_unschedulable
+from e2e.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from e2e.dra import (
     DEVICE_CLASSES,
     allocated_results,
@@ -256,20 +255,7 @@ def test_plugin_with_a_bad_profile_exits_naming_the_problem(tmp_path: Path, cont
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(document))
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nativedra.cli",
-            "plugin",
-            "--node-name",
-            "n",
-            "--backend",
-            "simulated",
-            "--profile",
-            str(bad),
-            "--kubeconfig",
-            str(control_plane.kubeconfig),
-        ],
+        commands.plugin("n", control_plane.kubeconfig, "--backend", "simulated", "--profile", str(bad)),
         capture_output=True,
         text=True,
         timeout=60,

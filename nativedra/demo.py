@@ -12,7 +12,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from dra_driver import DRIVER_NAME
-from e2e.cluster import WaitTimeoutError, binaries, create_fake_node, wait_for
+from e2e.cluster import WaitTimeoutError, binaries, commands, create_fake_node, wait_for
 from e2e.cluster.cli import default_state_dir, start_detached
 from e2e.cluster.controlplane import ControlPlaneError, free_port, stop_recorded
 from e2e.cluster.waits import http_ok
@@ -141,32 +141,19 @@ def run_demo(state_dir: Path, layout: tuple[DemoNode, ...] = DEFAULT_LAYOUT) -> 
     port = free_port()
     plane = start_detached(state_dir, scheduler_extra(port))
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
-    plane.spawn(
-        "extender",
-        Path(sys.executable),
-        [
-            "-m",
-            "nativedra.cli",
-            "extender",
-            "--kubeconfig",
-            str(plane.kubeconfig),
-            "--port",
-            str(port),
-            "--address",
-            "127.0.0.1",
-        ],
-    )
+    extender = commands.extender(plane.kubeconfig, port)
+    plane.spawn("extender", Path(extender[0]), extender[1:])
     apply_file(api, DEVICE_CLASSES)
     devices_made = True
     for node in layout:
         create_fake_node(api, node.name, {RACK_LABEL: node.rack, ZONE_LABEL: "zone-1"})
         dirs = _node_dirs(state_dir, node.name)
         devices_made = _fake_dev(dirs["dev"]) and devices_made
-        arguments = ["plugin", "--node-name", node.name, "--kubeconfig", str(plane.kubeconfig)]
-        arguments += ["--backend", "simulated", "--profile", node.profile, *node.plugin_args]
+        arguments = ["--backend", "simulated", "--profile", node.profile, *node.plugin_args]
         for flag in ("registry", "plugins", "cdi", "dev"):
             arguments += [f"--{FLAG_FOR_DIR[flag]}", str(dirs[flag])]
-        plane.spawn(f"plugin-{node.name}", Path(sys.executable), ["-m", "nativedra.cli", *arguments])
+        command = commands.plugin(node.name, plane.kubeconfig, *arguments)
+        plane.spawn(f"plugin-{node.name}", Path(command[0]), command[1:])
     for node in layout:
         wait_for(lambda n=node.name: published_devices(api, n), 60, f"ResourceSlices of {node.name}")  # type: ignore[misc]
     _say(f"{len(layout)} simulated GPU nodes publish their devices; applying examples in namespace {DEMO_NAMESPACE}")
