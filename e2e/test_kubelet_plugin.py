@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
-from e2e.cluster import wait_for, wait_pod_scheduled, wait_pod_unschedulable
+from e2e.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from e2e.cluster.controlplane import free_port
 from e2e.conftest import NodePlugin
 from e2e.dra import (
@@ -80,6 +81,15 @@ def test_registration_handshake_as_the_kubelet_does_it(h100: NodePlugin) -> None
     for socket in (h100.registration_socket, h100.dra_socket):
         mode = socket.stat().st_mode
         assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600, f"{socket} must be private to root"
+
+    def probe() -> subprocess.CompletedProcess[str]:
+        dirs = ["--registry-dir", str(h100.registry_dir), "--plugin-dir", str(h100.plugin_dir)]
+        return subprocess.run(commands.nativedra("plugin-probe", *dirs), capture_output=True, text=True, check=False)
+
+    assert probe().returncode == 0, "the DaemonSet's probe passes against a serving plugin"
+    h100.stop()
+    failed = probe()
+    assert failed.returncode == 1 and "UNAVAILABLE" in failed.stderr
 
 
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
