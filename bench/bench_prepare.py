@@ -24,7 +24,7 @@ from bench.timing import Timing, measure, report
 from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import resolve_profile
 from e2e.cluster import commands, create_fake_node, wait_for
-from e2e.dra import published_devices
+from e2e.dra import create_claim, published_devices, request
 from e2e.kubelet import make_dev_tree, plugin_info, prepare, unprepare
 
 NODE = "bench-prepare"
@@ -49,22 +49,7 @@ def _claims(api: client.ApiClient, namespace: str, devices: list[str]) -> list[t
     keys = []
     for number, device in enumerate(devices):
         name = f"claim-{number:03d}"
-        created = objects.create_namespaced_custom_object(
-            "resource.k8s.io",
-            "v1",
-            namespace,
-            "resourceclaims",
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": name},
-                "spec": {
-                    "devices": {
-                        "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu-fraction.nativedra.dev"}}]
-                    }
-                },
-            },
-        )
+        created = create_claim(api, namespace, name, [request("gpus", "gpu-fraction.nativedra.dev")])
         created["status"] = {
             "allocation": {
                 "devices": {"results": [{"request": "gpus", "driver": DRIVER_NAME, "pool": NODE, "device": device}]},

@@ -66,6 +66,19 @@ def claim_template(
     )
 
 
+def create_claim(api: client.ApiClient, namespace: str, name: str, requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ResourceClaim (not from a template); returns it as stored."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": requests}},
+    }
+    return dict(
+        client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", body)
+    )
+
+
 def gpu_pod(
     api: client.ApiClient,
     namespace: str,

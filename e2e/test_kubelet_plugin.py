@@ -30,6 +30,7 @@ from e2e.dra import (
     apply_file,
     claim_key,
     claim_template,
+    create_claim,
     gpu_pod,
     published_devices,
     request,
@@ -181,18 +182,7 @@ def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(
     )
     elsewhere = claim_key(_whole_gpu_claim(api, namespace, "elsewhere", other_node))
     objects = client.CustomObjectsApi(api)
-    objects.create_namespaced_custom_object(
-        "resource.k8s.io",
-        "v1",
-        namespace,
-        "resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "idle"},
-            "spec": {"devices": {"requests": [request("gpus", "gpu.nativedra.dev")]}},
-        },
-    )
+    create_claim(api, namespace, "idle", [request("gpus", "gpu.nativedra.dev")])
     idle = objects.get_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", "idle")
     bad_config = {
         "driver": DOMAIN,
