@@ -165,12 +165,12 @@ class ClaimPreparer:
         self.specs.write_text(ref.uid, spec_text)
         _crash_point("after-spec-written")
 
-        def complete(records: dict[str, ClaimRecord]) -> None:
+        def complete(records: dict[str, ClaimRecord]) -> int:
             records[ref.uid].state = ClaimState.PREPARE_COMPLETED
+            return _completed(records)
 
-        self.checkpoint.update(complete)
+        metrics.PREPARED_CLAIMS.set(self.checkpoint.update(complete))
         _crash_point("after-prepare-completed")
-        self._count()
         return answer
 
     def _get(self, ref: ClaimRef) -> dict[str, Any]:
@@ -217,12 +217,16 @@ class ClaimPreparer:
     def unprepare(self, ref: ClaimRef) -> None:
         """Remove the spec and the record; an unknown claim is already unprepared."""
         started = time.perf_counter()
+
+        def forget(records: dict[str, ClaimRecord]) -> int:
+            records.pop(ref.uid, None)
+            return _completed(records)
+
         try:
             with self._lock(ref.uid):
                 self.specs.path_for(ref.uid)
                 self.specs.remove(ref.uid)
-                self.checkpoint.update(lambda records: records.pop(ref.uid, None))
-                self._count()
+                metrics.PREPARED_CLAIMS.set(self.checkpoint.update(forget))
         except (ValueError, OSError) as error:
             metrics.CLAIM_ERRORS.labels("unprepare", "internal").inc()
             raise PrepareError("internal", f"claim {ref}: {error}") from error
@@ -240,7 +244,7 @@ class ClaimPreparer:
         """Repair after a crash or reboot; returns what was done, for logs and tests."""
         done: dict[str, list[str]] = {"restored": [], "rolled_back": [], "orphans_removed": []}
 
-        def repair(records: dict[str, ClaimRecord]) -> None:
+        def repair(records: dict[str, ClaimRecord]) -> int:
             for uid, record in list(records.items()):
                 if record.state is ClaimState.PREPARE_COMPLETED:
                     if not self.specs.exists(uid):
@@ -251,17 +255,17 @@ class ClaimPreparer:
                     del records[uid]
                     done["rolled_back"].append(uid)
             done["orphans_removed"] = self.specs.remove_orphans(set(records))
+            return _completed(records)
 
-        self.checkpoint.update(repair)
-        self._count()
+        metrics.PREPARED_CLAIMS.set(self.checkpoint.update(repair))
         if any(done.values()):
             log.info("start-up repair: %s", done)
         return done
 
-    def _count(self) -> None:
-        metrics.PREPARED_CLAIMS.set(
-            sum(1 for r in self.checkpoint.read().values() if r.state is ClaimState.PREPARE_COMPLETED)
-        )
+
+def _completed(records: dict[str, ClaimRecord]) -> int:
+    """Prepared claims, for the gauge; counted inside the update that changed them."""
+    return sum(1 for record in records.values() if record.state is ClaimState.PREPARE_COMPLETED)
 
 
 def spec_store(cdi_dir: Path) -> SpecStore:
