@@ -6,7 +6,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-CURRENT_VERSION = "1.1.0"
 EARLIEST_VERSION = "0.3.0"
 _VENDOR_OR_CLASS = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*[A-Za-z0-9]$|^[A-Za-z]$")
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
@@ -139,19 +138,25 @@ def validate(spec: Spec) -> None:
                 raise SpecError(f"device {device.name!r}: device node {node.path} has type {node.type!r}")
 
 
-def _node_dict(node: DeviceNode) -> dict[str, Any]:
-    mapping = {
-        "path": node.path,
-        "hostPath": node.host_path,
-        "type": node.type,
-        "major": node.major,
-        "minor": node.minor,
-        "fileMode": node.file_mode,
-        "permissions": node.permissions,
-        "uid": node.uid,
-        "gid": node.gid,
-    }
+def _present(mapping: dict[str, Any]) -> dict[str, Any]:
+    """The fields that are set: CDI omits unset optional fields."""
     return {key: value for key, value in mapping.items() if value is not None}
+
+
+def _node_dict(node: DeviceNode) -> dict[str, Any]:
+    return _present(
+        {
+            "path": node.path,
+            "hostPath": node.host_path,
+            "type": node.type,
+            "major": node.major,
+            "minor": node.minor,
+            "fileMode": node.file_mode,
+            "permissions": node.permissions,
+            "uid": node.uid,
+            "gid": node.gid,
+        }
+    )
 
 
 def _edits_dict(edits: ContainerEdits) -> dict[str, Any]:
@@ -162,31 +167,27 @@ def _edits_dict(edits: ContainerEdits) -> dict[str, Any]:
         result["deviceNodes"] = [_node_dict(n) for n in edits.device_nodes]
     if edits.mounts:
         result["mounts"] = [
-            {
-                k: v
-                for k, v in {
+            _present(
+                {
                     "hostPath": m.host_path,
                     "containerPath": m.container_path,
                     "type": m.type,
                     "options": list(m.options) or None,
-                }.items()
-                if v is not None
-            }
+                }
+            )
             for m in edits.mounts
         ]
     if edits.hooks:
         result["hooks"] = [
-            {
-                k: v
-                for k, v in {
+            _present(
+                {
                     "hookName": h.hook_name,
                     "path": h.path,
                     "args": list(h.args) or None,
                     "env": list(h.env) or None,
                     "timeout": h.timeout,
-                }.items()
-                if v is not None
-            }
+                }
+            )
             for h in edits.hooks
         ]
     if edits.additional_gids:

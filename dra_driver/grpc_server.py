@@ -35,8 +35,6 @@ HEALTH_TIMEOUT_S = 60
 class RegistrationServicer(registration_grpc.RegistrationServicer):  # type: ignore[misc]
     def __init__(self, endpoint: Path) -> None:
         self.endpoint = endpoint
-        self.registered = threading.Event()
-        self.last_error = ""
 
     def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC method names
         return registration_pb.PluginInfo(
@@ -46,9 +44,7 @@ class RegistrationServicer(registration_grpc.RegistrationServicer):  # type: ign
     def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         if request.plugin_registered:
             log.info("registered with the kubelet")
-            self.registered.set()
         else:
-            self.last_error = request.error
             log.error("the kubelet rejected the registration: %s", request.error)
         return registration_pb.RegistrationStatusResponse()
 

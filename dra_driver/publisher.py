@@ -133,18 +133,6 @@ class SlicePublisher:
             deleted += 1
         return PublishResult(created, updated, deleted, generation)
 
-    def remove_all(self) -> int:
-        """Delete every slice of this node's pool (plugin uninstall)."""
-        removed = 0
-        for obj in self.list_ours():
-            try:
-                self.objects.delete_cluster_custom_object(GROUP, VERSION, PLURAL, obj["metadata"]["name"])
-                removed += 1
-            except client.ApiException as error:
-                if error.status != 404:
-                    raise
-        return removed
-
     @staticmethod
     def _observe(specs: list[dict[str, Any]]) -> None:
         metrics.SLICES_PUBLISHED.set(len(specs))

@@ -38,8 +38,6 @@ class SliceController:
         self.max_backoff_s = max_backoff_s
         self._wake = threading.Event()
         self.inventory: Inventory | None = None
-        self.last_result: PublishResult | None = None
-        self.synced = threading.Event()
         self.inventory_changed = threading.Condition()  # health watchers wait on it
         self._published: tuple[Inventory, dict[str, tuple[dict[str, Any], Gpu]]] | None = None
 
@@ -73,7 +71,6 @@ class SliceController:
         inventory = self.discover()
         specs = build_slices(inventory, self.config, self.publisher.node_name)
         result = self.publisher.reconcile(specs)
-        self.last_result = result
         if result.writes:
             log.info(
                 "published %d slice(s), generation %d (%d created, %d updated, %d deleted)",
@@ -83,7 +80,6 @@ class SliceController:
                 result.updated,
                 result.deleted,
             )
-        self.synced.set()
         return result
 
     def run(self, stop: threading.Event) -> None:

@@ -124,14 +124,6 @@ def allocated_results(api: client.ApiClient, namespace: str, pod: str, timeout_s
     return list(allocated_claim(api, namespace, pod, timeout_s)["status"]["allocation"]["devices"]["results"])
 
 
-def published_devices(api: client.ApiClient, node: str) -> dict[str, dict[str, Any]]:
-    """Every device our driver publishes for `node`, by name."""
-    slices = client.CustomObjectsApi(api).list_cluster_custom_object(
-        GROUP, VERSION, "resourceslices", field_selector=f"spec.nodeName={node},spec.driver=gpu.nativedra.dev"
-    )
-    return {d["name"]: d for s in slices["items"] for d in s["spec"].get("devices", [])}
-
-
 def our_slices(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
     slices = client.CustomObjectsApi(api).list_cluster_custom_object(
         GROUP, VERSION, "resourceslices", field_selector=f"spec.nodeName={node},spec.driver=gpu.nativedra.dev"
@@ -155,3 +147,8 @@ def claim_key(claim: dict[str, Any]) -> tuple[str, str, str]:
     """(namespace, uid, name), as the kubelet names a claim."""
     metadata = claim["metadata"]
     return metadata["namespace"], metadata["uid"], metadata["name"]
+
+
+def published_devices(api: client.ApiClient, node: str) -> dict[str, dict[str, Any]]:
+    """Every device our driver publishes for `node`, by name."""
+    return {d["name"]: d for s in our_slices(api, node) for d in s["spec"].get("devices", [])}

@@ -48,10 +48,6 @@ def plugin_info(registration_socket: Path) -> Any | None:
         return None
 
 
-def claim_message(version: str, namespace: str, uid: str, name: str) -> Any:
-    return VERSIONS[version][0].Claim(namespace=namespace, uid=uid, name=name)
-
-
 def prepare(dra_socket: Path, version: str, claims: list[tuple[str, str, str]], timeout: float = 45) -> Any:
     messages, stubs = VERSIONS[version]
     with grpc.insecure_channel(f"unix://{dra_socket}") as channel:

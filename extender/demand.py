@@ -21,17 +21,10 @@ class Request:
 @dataclass(frozen=True)
 class Demand:
     requests: tuple[Request, ...]
-    pending_claims: int  # claims not yet allocated
 
     @property
     def devices(self) -> int:
         return sum(r.count for r in self.requests)
-
-    def key(self) -> tuple[Request, ...]:
-        return self.requests
-
-
-NO_DEMAND = Demand((), 0)
 
 
 def _class_selectors(classes: dict[str, dict[str, Any]], name: str) -> tuple[str, ...] | None:
@@ -99,7 +92,6 @@ def demand_of(
         s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
     }
     requests: list[Request] = []
-    pending = 0
     for reference in (pod.get("spec") or {}).get("resourceClaims") or []:
         claim_name = reference.get("resourceClaimName") or generated.get(reference["name"])
         claim = claims.get((namespace, claim_name)) if claim_name else None
@@ -117,5 +109,4 @@ def demand_of(
         found = requests_of(spec, classes, driver)
         if found:
             requests.extend(found)
-            pending += 1
-    return Demand(tuple(requests), pending)
+    return Demand(tuple(requests))

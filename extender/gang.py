@@ -26,7 +26,6 @@ JOBSET_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
-LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 
@@ -40,10 +39,6 @@ class GangRef:
     preferred_topology: str | None = None
     exclusive: bool = False
     error: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.key
 
 
 def _size(value: str | None, where: str) -> tuple[int | None, str | None]:

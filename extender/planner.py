@@ -64,7 +64,7 @@ class Gang:
 
     def demand(self) -> Demand:
         member = self.representative()
-        return member.demand if member else Demand((), 0)
+        return member.demand if member else Demand(())
 
     def may_use(self, node: Node) -> bool:
         member = self.representative()

@@ -114,7 +114,7 @@ def cluster(racks: dict[str, int]) -> dict[str, Node]:
     return nodes_from(node_objects, slices, DRIVER)
 
 
-EIGHT = Demand((Request((GPU,), 8),), 1)
+EIGHT = Demand((Request((GPU,), 8),))
 
 
 def gang(
