@@ -7,7 +7,11 @@ COPY nativedra/ nativedra/
 COPY dra_driver/ dra_driver/
 COPY cdi/ cdi/
 COPY extender/ extender/
-COPY e2e/ e2e/
+COPY kube/ kube/
+COPY cmdline/ cmdline/
+COPY fsutil/ fsutil/
+# The examples and DeviceClasses ship inside the package (nativedra/data links to them).
+COPY manifests/ manifests/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim-bookworm

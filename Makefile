@@ -3,8 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# Only packages that exist in this checkout (later components add theirs).
-PACKAGES := $(patsubst %/__init__.py,%,$(wildcard nativedra/__init__.py dra_driver/__init__.py cdi/__init__.py extender/__init__.py e2e/__init__.py))
+PACKAGES := nativedra dra_driver cdi extender kube cmdline fsutil e2e
 
 .PHONY: demo test lint unit e2e bench venv clean down protos
 
@@ -27,6 +26,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy $(PACKAGES) tests bench
 	$(BIN)/hadolint Dockerfile
+	$(BIN)/lint-imports
 
 unit: venv
 	$(BIN)/pytest tests $(PYTEST_ARGS)

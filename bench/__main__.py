@@ -11,7 +11,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from bench import bench_extender, bench_prepare, bench_slices
-from e2e.cluster import ControlPlane, resolve
+from nativedra.cluster import ControlPlane, resolve
 
 BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]] = {
     "slices": lambda api, _plane: bench_slices.run(api),

@@ -20,14 +20,14 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.cluster import ControlPlane, commands, create_fake_node, wait_for
-from e2e.cluster.controlplane import free_port
-from e2e.cluster.waits import http_ok
-from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
-from e2e.extender_harness import scheduler_extra
 from extender.config import ExtenderConfig
 from extender.decide import ClusterView, Decider
 from extender.model import Usage, nodes_from
+from nativedra.cluster import ControlPlane, commands, create_fake_node, wait_for
+from nativedra.cluster.controlplane import free_port
+from nativedra.cluster.scheduler_config import scheduler_extra
+from nativedra.cluster.waits import http_ok
+from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 
 GPU_CLASS = {
     "metadata": {"name": "gpu.nativedra.dev"},
@@ -144,7 +144,7 @@ def _throughput(api: client.ApiClient, namespace: str) -> float:
 
 
 def throughput(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
-    apply_file(api, DEVICE_CLASSES)
+    apply_file(api, device_classes())
     inventory = load_profile(resolve_profile("a100-8x"))
     for index in range(THROUGHPUT_NODES):
         name = f"tput-{index:02d}"

@@ -23,9 +23,9 @@ from kubernetes import client
 from bench.timing import Timing, measure, report
 from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import resolve_profile
-from e2e.cluster import commands, create_fake_node, wait_for
-from e2e.dra import create_claim, published_devices, request
-from e2e.kubelet import make_dev_tree, plugin_info, prepare, unprepare
+from nativedra.cluster import commands, create_fake_node, wait_for
+from nativedra.kubelet_client import make_dev_tree, plugin_info, prepare, unprepare
+from nativedra.objects import create_claim, published_devices, request
 
 NODE = "bench-prepare"
 CLAIMS = 200

@@ -17,7 +17,7 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.cluster import create_fake_node
+from nativedra.cluster import create_fake_node
 
 FIRST_PUBLISH_NODES = 5
 REPUBLISH_RUNS = 30

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from cdi.atomic import atomic_write, remove_durably
 from cdi.spec import Spec, to_document
+from fsutil.atomic import atomic_write, remove_durably
 
 # Kubernetes UIDs are RFC 4122 UUIDs; nothing else may become part of a file name.
 _UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

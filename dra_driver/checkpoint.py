@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cdi.atomic import atomic_write
+from fsutil.atomic import atomic_write
 
 log = logging.getLogger(__name__)
 VERSION = 2

@@ -9,13 +9,14 @@ from typing import Any
 
 import yaml
 
+from cmdline.flags import add_flag
 from dra_driver import node_plugin
 from dra_driver.discovery import Backend, DiscoveryError
 from dra_driver.discovery.factory import BACKENDS, make_backend
 from dra_driver.inventory import Inventory
+from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_DEV_ROOT, DEFAULT_SYS_ROOT, add_socket_flags
 from dra_driver.publish_config import ConfigError, PublishConfig, load_publish_config, parse_fractions
 from dra_driver.slices import devices_and_counters
-from nativedra.flags import add_flag
 
 GIB = 1024**3
 
@@ -23,7 +24,7 @@ GIB = 1024**3
 def _add_discovery_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--backend", choices=BACKENDS, default="nvml", help="how GPUs are discovered")
     add_flag(parser, "--profile", help="simulated backend: profile file, or a shipped name such as h100-8x")
-    add_flag(parser, "--sys-root", type=Path, default=Path("/sys"), help="sysfs root (a fake tree in tests)")
+    add_flag(parser, "--sys-root", type=Path, default=DEFAULT_SYS_ROOT, help="sysfs root (a fake tree in tests)")
     add_flag(parser, "--fault-file", type=Path, help="simulated backend: YAML `unhealthy: [index|uuid, ...]`")
 
 
@@ -137,23 +138,9 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_flag(plugin, "--node-name", required=True, help="this node's name (downward API spec.nodeName)")
     add_flag(plugin, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
     add_flag(plugin, "--metrics-port", type=int, default=0, help="Prometheus /metrics port (0 = off)")
-    add_flag(
-        plugin,
-        "--registry-dir",
-        type=Path,
-        default=Path("/var/lib/kubelet/plugins_registry"),
-        help="kubelet plugin registry (registration socket)",
-    )
-    add_flag(
-        plugin,
-        "--plugin-dir",
-        type=Path,
-        default=Path("/var/lib/kubelet/plugins"),
-        help="kubelet plugins dir; DRA socket and checkpoint under <dir>/gpu.nativedra.dev (same path in the pod)",
-    )
-    add_flag(plugin, "--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where per-claim CDI specs are written")
-    add_flag(plugin, "--dev-root", type=Path, default=Path("/dev"), help="the host's /dev (device numbers for CDI)")
-    add_flag(plugin, "--pod-uid", help="this pod's UID (downward API): per-pod sockets for seamless rolling updates")
+    add_socket_flags(plugin)
+    add_flag(plugin, "--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, help="where per-claim CDI specs are written")
+    add_flag(plugin, "--dev-root", type=Path, default=DEFAULT_DEV_ROOT, help="the host's /dev (device numbers for CDI)")
     _add_discovery_flags(plugin)
     _add_publish_flags(plugin)
     plugin.set_defaults(handler=_plugin)

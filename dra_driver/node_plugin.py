@@ -12,16 +12,23 @@ from types import FrameType
 
 from prometheus_client import start_http_server
 
-from dra_driver import DRIVER_NAME
 from dra_driver.checkpoint import Checkpoint, boot_id
 from dra_driver.discovery import Backend
 from dra_driver.grpc_server import HealthServicer, KubeletServers
+from dra_driver.kubelet_paths import (
+    DEFAULT_CDI_DIR,
+    DEFAULT_DEV_ROOT,
+    DEFAULT_PLUGIN_DIR,
+    DEFAULT_REGISTRY_DIR,
+    data_dir,
+    dra_socket,
+    registration_socket,
+)
 from dra_driver.prepare import ClaimPreparer, spec_store
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slice_controller import SliceController
-from dra_driver.sockets import dra_socket, registration_socket
-from nativedra.kube import api_client
+from kube.client import api_client
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +39,10 @@ class PluginSettings:
     backend: Backend
     publish: PublishConfig
     kubeconfig: Path | None
-    registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
-    plugin_dir: Path = Path("/var/lib/kubelet/plugins")
-    cdi_dir: Path = Path("/var/run/cdi")
-    dev_root: Path = Path("/dev")
+    registry_dir: Path = DEFAULT_REGISTRY_DIR
+    plugin_dir: Path = DEFAULT_PLUGIN_DIR
+    cdi_dir: Path = DEFAULT_CDI_DIR
+    dev_root: Path = DEFAULT_DEV_ROOT
     pod_uid: str | None = None
     metrics_address: str = "0.0.0.0"  # noqa: S104 - scraped by Prometheus from outside the pod
     metrics_port: int = 0  # 0: no metrics endpoint
@@ -43,8 +50,7 @@ class PluginSettings:
 
     @property
     def data_dir(self) -> Path:
-        """Plugin state; the same path inside and outside the container."""
-        return self.plugin_dir / DRIVER_NAME
+        return data_dir(self.plugin_dir)
 
 
 def _thread(name: str, target: Callable[[threading.Event], None], stop: threading.Event) -> threading.Thread:

@@ -30,6 +30,7 @@ from dra_driver import DRIVER_NAME, metrics
 from dra_driver.cdi_edits import CDI_CLASS, CDI_VENDOR, ClaimDevice, HostDevices, PrepareError, claim_spec
 from dra_driver.checkpoint import Checkpoint, ClaimRecord, ClaimState
 from dra_driver.inventory import Gpu
+from dra_driver.kubelet_paths import CDI_SEARCH_DIRS
 from dra_driver.opaque_config import ConfigError, config_for_request
 from dra_driver.vendor_cdi import vendor_device_id
 
@@ -104,7 +105,7 @@ class ClaimPreparer:
         checkpoint: Checkpoint,
         specs: SpecStore,
         dev_root: Path,
-        cdi_roots: tuple[Path, ...] = (Path("/etc/cdi"), Path("/var/run/cdi")),
+        cdi_roots: tuple[Path, ...] = CDI_SEARCH_DIRS,
         mig_supported: bool = True,
     ) -> None:
         self.objects = client.CustomObjectsApi(api)

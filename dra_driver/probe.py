@@ -12,12 +12,11 @@ from pathlib import Path
 
 import grpc
 
+from dra_driver.kubelet_paths import add_socket_flags, dra_socket, registration_socket
 from dra_driver.proto.gen.dra.v1 import api_pb2 as dra_v1
 from dra_driver.proto.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from dra_driver.proto.gen.pluginregistration.v1 import api_pb2 as registration_pb
 from dra_driver.proto.gen.pluginregistration.v1 import api_pb2_grpc as registration_grpc
-from dra_driver.sockets import dra_socket, registration_socket
-from nativedra.flags import add_flag
 
 
 def probe(registration: Path, dra: Path, timeout_s: float = 5) -> str | None:
@@ -48,9 +47,5 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subcommands.add_parser("plugin-probe", help="exit 0 if the node plugin answers on both kubelet sockets")
-    add_flag(
-        parser, "--registry-dir", type=Path, default=Path("/var/lib/kubelet/plugins_registry"), help="registry dir"
-    )
-    add_flag(parser, "--plugin-dir", type=Path, default=Path("/var/lib/kubelet/plugins"), help="kubelet plugins dir")
-    add_flag(parser, "--pod-uid", help="the plugin pod's UID when it uses per-pod sockets")
+    add_socket_flags(parser)
     parser.set_defaults(handler=_run)

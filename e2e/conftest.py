@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from e2e.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
+from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 
 
 @pytest.fixture(scope="session")
@@ -154,7 +154,7 @@ class NodePlugin:
 
     def answers(self) -> bool:
         """Serving, as the kubelet checks it (a socket file left by a killed process does not count)."""
-        from e2e.kubelet import plugin_info  # noqa: PLC0415
+        from nativedra.kubelet_client import plugin_info  # noqa: PLC0415
 
         return plugin_info(self.registration_socket) is not None
 
@@ -175,7 +175,7 @@ class NodePlugin:
 @pytest.fixture
 def node_plugin(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., NodePlugin]]:
     """Factory: a plugin for `node` with a fake /dev of 8 NVIDIA GPUs; stopped after the test."""
-    from e2e.kubelet import make_dev_tree  # noqa: PLC0415 - grpc stubs load only for tests that need them
+    from nativedra.kubelet_client import make_dev_tree  # noqa: PLC0415 - grpc stubs load only for tests that need them
 
     plugins: list[NodePlugin] = []
     roots: list[Path] = []

@@ -17,30 +17,13 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
-from e2e.cluster.controlplane import free_port
-from e2e.cluster.waits import http_ok
-from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
+from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
+from nativedra.cluster.controlplane import free_port
+from nativedra.cluster.scheduler_config import scheduler_extra
+from nativedra.cluster.waits import http_ok
+from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 
-RACK = "nativedra.dev/rack"
 GPU_CLASS = "gpu.nativedra.dev"
-
-
-def scheduler_extra(port: int) -> dict[str, Any]:
-    return {
-        "percentageOfNodesToScore": 100,
-        "extenders": [
-            {
-                "urlPrefix": f"http://127.0.0.1:{port}",
-                "filterVerb": "filter",
-                "prioritizeVerb": "prioritize",
-                "weight": 5,
-                "nodeCacheCapable": True,
-                "ignorable": False,
-                "httpTimeout": "10s",
-            }
-        ],
-    }
 
 
 @dataclass
@@ -105,7 +88,7 @@ def extender_cluster(root: Path, extender_config: dict[str, Any]) -> Iterator[Ex
         root / "extender.log",
     )
     try:
-        apply_file(harness.api, DEVICE_CLASSES)
+        apply_file(harness.api, device_classes())
         harness.start_extender()
         yield harness
     finally:

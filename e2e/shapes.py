@@ -7,7 +7,7 @@ import contextlib
 
 from kubernetes import client
 
-from e2e.dra import gpu_pod
+from nativedra.objects import gpu_pod
 
 
 def jobset_pods(

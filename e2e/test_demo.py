@@ -9,10 +9,13 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from e2e.cluster import commands
-from e2e.cluster.controlplane import stop_recorded
-from nativedra.clustermap import read_map
-from nativedra.demo import DEMO_NAMESPACE, RACK_LABEL, pod_claim_names
+from extender.config import RACK_LABEL
+from kube.pods import pod_claim_names
+from kube.resources import RESOURCE_CLAIMS
+from nativedra.cluster import commands
+from nativedra.cluster.controlplane import stop_recorded
+from nativedra.demo.clustermap import read_map
+from nativedra.demo.workloads import DEMO_NAMESPACE
 
 
 def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
@@ -28,7 +31,7 @@ def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
         assert run.returncode == 0, run.stderr[-3000:]
         api = config.new_client_from_config(config_file=str(state / "admin.kubeconfig"))
         pods = client.CoreV1Api(api).list_namespaced_pod(DEMO_NAMESPACE).items
-        assert len(pods) == 16, "7 examples, 4 JobSet pods, an LWS leader and worker, a 3-pod gang"
+        assert len(pods) == 16, "7 example pods, gangs of 4, 2 and 3 pods"
         cluster_map = read_map(api)
         holders = {
             pod: (node.name, gpu.index)
@@ -38,7 +41,6 @@ def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
             for pod in holding.pods
         }
         pending = dict(cluster_map.pending)
-        objects = client.CustomObjectsApi(api)
         claims_in_use = set()
         for pod in pods:
             key = f"{DEMO_NAMESPACE}/{pod.metadata.name}"
@@ -49,10 +51,8 @@ def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
             assert holders[key][0] == pod.spec.node_name, (
                 f"map puts {key} on {holders[key]}, API on {pod.spec.node_name}"
             )
-            for name in pod_claim_names(pod):
-                claim = objects.get_namespaced_custom_object(
-                    "resource.k8s.io", "v1", DEMO_NAMESPACE, "resourceclaims", name
-                )
+            for name in filter(None, pod_claim_names(api.sanitize_for_serialization(pod)).values()):
+                claim = RESOURCE_CLAIMS.get(api, name, DEMO_NAMESPACE)
                 assert {r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]} == {pod.spec.node_name}
                 claims_in_use.add(claim["metadata"]["uid"])
         specs = {p.name.split("_", 1)[1].removesuffix(".yaml") for p in state.glob("nodes/*/cdi/*.yaml")}
@@ -61,9 +61,9 @@ def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
             node.metadata.name: node.metadata.labels.get(RACK_LABEL) for node in client.CoreV1Api(api).list_node().items
         }
         train = [pod for pod in pods if pod.metadata.name.startswith("train-")]
-        assert all(pod.spec.node_name for pod in train), f"JobSet pods pending: {pending}"
+        assert all(pod.spec.node_name for pod in train), f"training gang pods pending: {pending}"
         train_racks = {racks[pod.spec.node_name] for pod in train}
-        assert len(train_racks) == 1, f"the JobSet's pods must share one rack, got {train_racks}"
+        assert len(train_racks) == 1, f"the training gang must share one rack, got {train_racks}"
         assert all(f"{DEMO_NAMESPACE}/pretrain-{i}" in pending for i in range(3)), "the too-big gang waits whole"
         assert "needs 3 more pod(s) x 4 device(s) in one nativedra.dev/rack" in pending[f"{DEMO_NAMESPACE}/pretrain-0"]
         svg = (state / "cluster-map.svg").read_text()

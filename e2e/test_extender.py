@@ -22,12 +22,13 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.cluster import create_fake_node, wait_for, wait_pod_scheduled
-from e2e.cluster.waits import unschedulable_message
-from e2e.dra import DEVICE_CLASSES, apply_file, claim_template, gpu_pod, request
-from e2e.extender_harness import RACK, ExtenderCluster, bound, extender_cluster, gang_pods
+from e2e.extender_harness import ExtenderCluster, bound, extender_cluster, gang_pods
 from e2e.shapes import jobset_pods as jobset_shape
 from e2e.shapes import lws_pod
+from extender.config import RACK_LABEL
+from nativedra.cluster import create_fake_node, wait_for, wait_pod_scheduled
+from nativedra.cluster.waits import unschedulable_message
+from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 
 TEST_LABEL = "e2e.nativedra.dev/test"
 
@@ -39,7 +40,7 @@ def extended() -> Iterator[ExtenderCluster]:
         with extender_cluster(
             root,
             {
-                "topologyLevels": ["topology.kubernetes.io/zone", RACK, "kubernetes.io/hostname"],
+                "topologyLevels": ["topology.kubernetes.io/zone", RACK_LABEL, "kubernetes.io/hostname"],
                 "planTimeoutSeconds": 600,
             },
         ) as harness:
@@ -91,7 +92,7 @@ def test_two_gangs_deadlock_without_the_extender_and_not_with_it(
 ) -> None:
 
     test = uuid.uuid4().hex[:6]
-    apply_file(api, DEVICE_CLASSES)
+    apply_file(api, device_classes())
     inventory = load_profile(resolve_profile("a100-8x"))
     for _ in range(6):
         node = fake_nodes("plain", {TEST_LABEL: test})
@@ -142,7 +143,7 @@ def _racks(ext: ExtenderCluster, test: str, layout: dict[str, int]) -> dict[str,
     """Node -> rack for a fresh set of 8-GPU nodes labelled into racks."""
     placement = {}
     for rack, count in layout.items():
-        for node in ext.add_gpu_nodes(count, {TEST_LABEL: test, RACK: rack}):
+        for node in ext.add_gpu_nodes(count, {TEST_LABEL: test, RACK_LABEL: rack}):
             placement[node] = rack
     return placement
 
@@ -153,8 +154,8 @@ def test_required_rack_lands_in_one_rack_or_waits_whole_and_preferred_packs_or_s
     test = uuid.uuid4().hex[:6]
     rack_of = _racks(ext, test, {"rack-1": 3, "rack-2": 2, "rack-3": 1})
     selector = {TEST_LABEL: test}
-    required = {"nativedra.dev/topology-required": RACK}
-    preferred = {"nativedra.dev/topology-preferred": RACK}
+    required = {"nativedra.dev/topology-required": RACK_LABEL}
+    preferred = {"nativedra.dev/topology-preferred": RACK_LABEL}
     core = client.CoreV1Api(ext.api)
 
     first = gang_pods(ext.api, ext_namespace, "req-a", 3, 8, selector=selector, annotations=required)
@@ -164,7 +165,7 @@ def test_required_rack_lands_in_one_rack_or_waits_whole_and_preferred_packs_or_s
     second = gang_pods(ext.api, ext_namespace, "req-b", 3, 8, selector=selector, annotations=required)
     wait_for(lambda: _settled(ext.api, ext_namespace, second, 0), 90, "gang req-b judged")
     reason = unschedulable_message(ext.api, ext_namespace, "req-b-0") or ""
-    assert f"in one {RACK}" in reason and "has room for 2" in reason, reason
+    assert f"in one {RACK_LABEL}" in reason and "has room for 2" in reason, reason
     for name in second:
         core.delete_namespaced_pod(name, ext_namespace, grace_period_seconds=0)
 
@@ -193,7 +194,7 @@ def test_jobset_and_leaderworkerset_shapes_are_placed_as_gangs(ext: ExtenderClus
         "eight",
         replicas=2,
         parallelism=2,
-        exclusive_topology=RACK,
+        exclusive_topology=RACK_LABEL,
         node_selector=selector,
     )
     wait_for(
@@ -219,7 +220,7 @@ def test_restarted_extender_keeps_the_held_capacity_and_the_gang_completes_in_it
     test = uuid.uuid4().hex[:6]
     rack_of = _racks(ext, test, {"rack-1": 4, "rack-2": 2})
     selector = {TEST_LABEL: test}
-    required = {"nativedra.dev/topology-required": RACK}
+    required = {"nativedra.dev/topology-required": RACK_LABEL}
     first_half = gang_pods(
         ext.api, ext_namespace, "big", 4, 8, selector=selector, annotations=required, members=range(2)
     )

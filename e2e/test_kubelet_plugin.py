@@ -21,29 +21,29 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
-from e2e.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
-from e2e.cluster.controlplane import free_port
 from e2e.conftest import NodePlugin
-from e2e.dra import (
-    DEVICE_CLASSES,
-    allocated_claim,
+from e2e.dra import allocated_claim
+from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
+from nativedra.cluster.controlplane import free_port
+from nativedra.kubelet_client import HEALTHY, UNHEALTHY, health_stream, prepare, register, unprepare
+from nativedra.objects import (
     apply_file,
     claim_key,
     claim_template,
     create_claim,
+    device_classes,
     gpu_pod,
     published_devices,
     request,
 )
-from e2e.kubelet import HEALTHY, UNHEALTHY, health_stream, prepare, register, unprepare
 
 DOMAIN = "gpu.nativedra.dev"
 CDI_PREFIX = "k8s.gpu.nativedra.dev-claim_"
 
 
 @pytest.fixture(autouse=True)
-def device_classes(api: client.ApiClient) -> None:
-    apply_file(api, DEVICE_CLASSES)
+def _device_classes_applied(api: client.ApiClient) -> None:
+    apply_file(api, device_classes())
 
 
 @pytest.fixture

@@ -13,9 +13,10 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from e2e.cluster import ControlPlane, wait_for
-from e2e.dra import REPO, apply_documents
+from nativedra.cluster import ControlPlane, wait_for
+from nativedra.objects import apply_documents
 
+REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"
 CRDS = REPO / "e2e" / "crds"
 PLUGIN_USER = "system:serviceaccount:nativedra-system:nativedra-plugin"

@@ -17,12 +17,12 @@ from dra_driver.discovery.simulated import load_profile, packaged_profiles, reso
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher, same_spec
 from dra_driver.slices import build_slices
-from e2e.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
-from e2e.dra import (
-    DEVICE_CLASSES,
-    allocated_results,
+from e2e.dra import allocated_results
+from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
+from nativedra.objects import (
     apply_file,
     claim_template,
+    device_classes,
     gpu_pod,
     our_slices,
     published_devices,
@@ -37,8 +37,8 @@ SHARE_CLASS = "gpu-share.nativedra.dev"
 
 
 @pytest.fixture(autouse=True)
-def device_classes(api: client.ApiClient) -> None:
-    apply_file(api, DEVICE_CLASSES)
+def _device_classes_applied(api: client.ApiClient) -> None:
+    apply_file(api, device_classes())
 
 
 def _publish(api: client.ApiClient, node: str, profile: str, config: PublishConfig | None = None) -> SlicePublisher:

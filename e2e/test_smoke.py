@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from e2e.cluster import wait_pod_scheduled, wait_pod_unschedulable
-from e2e.dra import allocated_results, apply_documents, claim_template, gpu_pod, request
+from e2e.dra import allocated_results
+from nativedra.cluster import wait_pod_scheduled, wait_pod_unschedulable
+from nativedra.objects import apply_documents, claim_template, gpu_pod, request
 
 DRIVER = "smoke.nativedra.dev"
 

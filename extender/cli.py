@@ -10,12 +10,12 @@ from pathlib import Path
 
 import uvicorn
 
+from cmdline.flags import add_flag
 from extender.app import create_app
 from extender.config import ConfigError, load_config
 from extender.decide import Decider
 from extender.state import ClusterState, run_informer
-from nativedra.flags import add_flag
-from nativedra.kube import api_client
+from kube.client import api_client
 
 log = logging.getLogger(__name__)
 

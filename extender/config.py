@@ -9,13 +9,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-DEFAULT_TOPOLOGY_LEVELS = (
-    "topology.kubernetes.io/zone",
-    "nativedra.dev/block",
-    "nativedra.dev/rack",
-    "nvidia.com/gpu.clique",
-    "kubernetes.io/hostname",
-)
+ZONE_LABEL = "topology.kubernetes.io/zone"
+BLOCK_LABEL = "nativedra.dev/block"
+RACK_LABEL = "nativedra.dev/rack"
+NVLINK_CLIQUE_LABEL = "nvidia.com/gpu.clique"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+DEFAULT_TOPOLOGY_LEVELS = (ZONE_LABEL, BLOCK_LABEL, RACK_LABEL, NVLINK_CLIQUE_LABEL, HOSTNAME_LABEL)
 
 
 class ConfigError(ValueError):

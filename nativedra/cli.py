@@ -9,15 +9,16 @@ from collections.abc import Callable, Sequence
 
 from dra_driver import cli as plugin_cli
 from dra_driver import probe as plugin_probe
-from e2e.cluster import cli as cluster_cli
 from extender import cli as extender_cli
-from nativedra import __version__, demo
+from nativedra import __version__
+from nativedra.cluster import cli as cluster_cli
+from nativedra.demo import cli as demo_cli
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 
 def _registrars() -> list[Registrar]:
-    return [plugin_cli.register, plugin_probe.register, extender_cli.register, cluster_cli.register, demo.register]
+    return [plugin_cli.register, plugin_probe.register, extender_cli.register, cluster_cli.register, demo_cli.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

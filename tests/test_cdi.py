@@ -80,7 +80,7 @@ def test_store_never_builds_a_path_from_an_invalid_uid(tmp_path: Path, uid: str)
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdi import atomic  # noqa: PLC0415
+    from fsutil import atomic  # noqa: PLC0415
 
     target = tmp_path / "file"
     atomic.atomic_write(target, b"old")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.cluster.binaries import BinaryError, pinned_version, staging_modules, wrapper_go_mod
-from e2e.cluster.controlplane import deep_merge
 from nativedra.cli import build_parser
+from nativedra.cluster.binaries import BinaryError, pinned_version, staging_modules, wrapper_go_mod
+from nativedra.cluster.controlplane import deep_merge
 
 UPSTREAM = """module k8s.io/kubernetes
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from dra_driver.kubelet_paths import MAX_UNIX_PATH, dra_socket, registration_socket
 from dra_driver.opaque_config import ConfigError, SharingStrategy, config_for_request
 from dra_driver.proto import generate
 from dra_driver.proto.gen.dra.v1 import api_pb2 as dra_v1
 from dra_driver.proto.gen.dra.v1beta1 import api_pb2 as dra_v1beta1
 from dra_driver.proto.gen.dra_health.v1alpha1 import api_pb2 as health
 from dra_driver.proto.gen.pluginregistration.v1 import api_pb2 as registration
-from dra_driver.sockets import MAX_UNIX_PATH, dra_socket, registration_socket
 
 MPS = {"apiVersion": "gpu.nativedra.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}
 SLICED = {"apiVersion": "gpu.nativedra.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}

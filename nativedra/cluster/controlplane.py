@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from e2e.cluster import pki as pki_mod
-from e2e.cluster.binaries import Binaries, minor_of
+from nativedra.cluster import pki as pki_mod
+from nativedra.cluster.binaries import Binaries, minor_of
 
 log = logging.getLogger(__name__)
 

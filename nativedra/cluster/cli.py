@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
-from e2e.cluster import binaries
-from e2e.cluster.controlplane import ControlPlane, ControlPlaneError, recorded_state, stop_recorded
-from nativedra.flags import add_flag
+from cmdline.flags import add_flag
+from nativedra.cluster import binaries
+from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, recorded_state, stop_recorded
 
 
 def default_state_dir() -> Path:

@@ -1,0 +1,1 @@
+"""Command-line conventions shared by every nativedra command (flags with env-var fallbacks)."""

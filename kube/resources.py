@@ -1,0 +1,54 @@
+"""References to the API resources nativedra reads and writes: one place for group, version and
+plural, so a version bump is one edit. The kubernetes client has no typed DRA API, so DRA objects
+go through `CustomObjectsApi` with these references."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def list(self, api: client.ApiClient, **kwargs: Any) -> dict[str, Any]:
+        """Every object of this resource in the cluster (all namespaces), as a dict."""
+        return dict(client.CustomObjectsApi(api).list_cluster_custom_object(*self._path(), **kwargs))
+
+    def get(self, api: client.ApiClient, name: str, namespace: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        objects = client.CustomObjectsApi(api)
+        if self.namespaced:
+            return dict(objects.get_namespaced_custom_object(*self._path(namespace), name, **kwargs))
+        return dict(objects.get_cluster_custom_object(*self._path(), name, **kwargs))
+
+    def create(self, api: client.ApiClient, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        objects = client.CustomObjectsApi(api)
+        if self.namespaced:
+            return dict(objects.create_namespaced_custom_object(*self._path(namespace), body))
+        return dict(objects.create_cluster_custom_object(*self._path(), body))
+
+    def _path(self, namespace: str | None = None) -> tuple[str, ...]:
+        if namespace is None:
+            return self.group, self.version, self.plural
+        return self.group, self.version, namespace, self.plural
+
+
+DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
+RESOURCE_SLICES = Resource(DRA_GROUP, DRA_VERSION, "resourceslices", "ResourceSlice", namespaced=False)
+RESOURCE_CLAIMS = Resource(DRA_GROUP, DRA_VERSION, "resourceclaims", "ResourceClaim", namespaced=True)
+RESOURCE_CLAIM_TEMPLATES = Resource(
+    DRA_GROUP, DRA_VERSION, "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True
+)
+DEVICE_CLASSES = Resource(DRA_GROUP, DRA_VERSION, "deviceclasses", "DeviceClass", namespaced=False)
+COSCHEDULING_POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True)
