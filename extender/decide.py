@@ -123,8 +123,11 @@ class Decider:
         now = time.time() if now is None else now
         ref = self.gang(view, pod)
         demand = self.demand(view, pod)
-        if ref is None and not demand.requests:
+        if ref is None and not demand.needs_devices:
             return names, {}, "fast"
+        if ref is None and demand.unresolved:
+            reason = f"waiting to see {', '.join(demand.unresolved)}"
+            return [], dict.fromkeys(names, reason), "unresolved"
         cluster = self.plan(view, pod, now)
         if ref is not None:
             plan = cluster.plans[ref.key]

@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from extender.model import quantity
+from kube.pods import pod_claim_names
 
 
 @dataclass(frozen=True)
@@ -21,10 +22,18 @@ class Request:
 @dataclass(frozen=True)
 class Demand:
     requests: tuple[Request, ...]
+    # Objects the pod needs that the watches have not delivered yet (claim, template, DeviceClass):
+    # until they arrive the pod's demand is unknown, never "nothing".
+    unresolved: tuple[str, ...] = ()
 
     @property
     def devices(self) -> int:
         return sum(r.count for r in self.requests)
+
+    @property
+    def needs_devices(self) -> bool:
+        """True when the pod asks for our devices, or may once its objects are seen."""
+        return bool(self.requests or self.unresolved)
 
 
 def _class_selectors(classes: dict[str, dict[str, Any]], name: str) -> tuple[str, ...] | None:
@@ -88,25 +97,29 @@ def demand_of(
     With `include_allocated`, the pod's whole shape: what a member like it needs (gang planning
     uses a bound member to stand for members not created yet)."""
     namespace = pod["metadata"]["namespace"]
-    generated = {
-        s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    }
+    claim_names = pod_claim_names(pod)
     requests: list[Request] = []
+    unresolved: list[str] = []
     for reference in (pod.get("spec") or {}).get("resourceClaims") or []:
-        claim_name = reference.get("resourceClaimName") or generated.get(reference["name"])
+        claim_name = claim_names.get(reference["name"])
         claim = claims.get((namespace, claim_name)) if claim_name else None
         if claim is not None:
             if (claim.get("status") or {}).get("allocation") and not include_allocated:
                 continue
             spec = claim.get("spec") or {}
         elif reference.get("resourceClaimTemplateName"):
-            template = templates.get((namespace, reference["resourceClaimTemplateName"]))
+            template_name = reference["resourceClaimTemplateName"]
+            template = templates.get((namespace, template_name))
             if template is None:
+                unresolved.append(f"ResourceClaimTemplate {namespace}/{template_name}")
                 continue
             spec = (template.get("spec") or {}).get("spec") or {}
         else:
+            unresolved.append(f"ResourceClaim {namespace}/{claim_name}")
             continue
         found = requests_of(spec, classes, driver)
-        if found:
+        if found is None:
+            unresolved.append(f"a DeviceClass of claim {reference['name']!r}")
+        else:
             requests.extend(found)
-    return Demand(tuple(requests))
+    return Demand(tuple(requests), tuple(unresolved))

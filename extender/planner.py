@@ -58,8 +58,8 @@ class Gang:
 
     def representative(self) -> Member | None:
         """The newest member still to be placed (else the newest placed one) stands for those not created yet."""
-        waiting = [m for m in self.members if not m.node and m.demand.requests]
-        source = waiting or [m for m in self.members if m.demand.requests]
+        waiting = [m for m in self.members if not m.node and m.demand.needs_devices]
+        source = waiting or [m for m in self.members if m.demand.needs_devices]
         return max(source, key=lambda m: m.created) if source else None
 
     def demand(self) -> Demand:
@@ -138,7 +138,12 @@ def _plan_gang(
     demand = gang.demand()
     if gang.ref.error:
         return Plan(gang.ref.key, False, reason=f"gang {gang.ref.key}: {gang.ref.error}"), {}
-    if gang.remaining == 0 or not demand.requests:
+    if gang.remaining == 0:
+        return Plan(gang.ref.key, True), {}
+    if demand.unresolved:
+        waiting_for = ", ".join(demand.unresolved)
+        return Plan(gang.ref.key, False, reason=f"gang {gang.ref.key}: waiting to see {waiting_for}"), {}
+    if not demand.requests:
         return Plan(gang.ref.key, True), {}
     level = gang.ref.required_topology or gang.ref.preferred_topology
     attempts = [level] if gang.ref.required_topology or not level else [level, None]
