@@ -14,11 +14,11 @@ from typing import Any
 from cdi.spec import ContainerEdits, Device, DeviceNode, Spec
 from dra_driver.inventory import Gpu, Vendor
 from dra_driver.opaque_config import GpuConfig, SharingStrategy
+from kube.units import MIB
 
 CDI_VENDOR = "k8s.gpu.nativedra.dev"
 CDI_CLASS = "claim"
 CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
-MIB = 1024 * 1024
 
 NVIDIA_COMMON = ("/dev/nvidiactl",)
 NVIDIA_OPTIONAL = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")  # created lazily by nvidia-modprobe

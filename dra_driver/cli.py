@@ -17,8 +17,7 @@ from dra_driver.inventory import Inventory
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_DEV_ROOT, DEFAULT_SYS_ROOT, add_socket_flags
 from dra_driver.publish_config import ConfigError, PublishConfig, load_publish_config, parse_fractions
 from dra_driver.slices import devices_and_counters
-
-GIB = 1024**3
+from kube.units import GIB
 
 
 def _add_discovery_flags(parser: argparse.ArgumentParser) -> None:

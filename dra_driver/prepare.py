@@ -16,13 +16,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client
-from kubernetes.utils import parse_quantity
 
 from cdi.spec import to_document
 from cdi.store import SpecStore
@@ -33,6 +31,8 @@ from dra_driver.inventory import Gpu
 from dra_driver.kubelet_paths import CDI_SEARCH_DIRS
 from dra_driver.opaque_config import ConfigError, config_for_request
 from dra_driver.vendor_cdi import vendor_device_id
+from kube.resources import RESOURCE_CLAIMS
+from kube.units import quantity
 
 log = logging.getLogger(__name__)
 CRASH_POINT_ENV = "NATIVEDRA_TEST_CRASH_POINT"  # crash-safety tests only: SIGKILL ourselves at a step
@@ -69,7 +69,7 @@ def _consumed(result: dict[str, Any]) -> dict[str, int] | None:
     consumed = result.get("consumedCapacity")
     if not consumed:
         return None
-    return {name: int(Decimal(parse_quantity(value))) for name, value in consumed.items()}
+    return {name: int(quantity(value)) for name, value in consumed.items()}
 
 
 def our_results(claim: dict[str, Any], ref: ClaimRef, node_name: str) -> list[dict[str, Any]]:
@@ -108,7 +108,7 @@ class ClaimPreparer:
         cdi_roots: tuple[Path, ...] = CDI_SEARCH_DIRS,
         mig_supported: bool = True,
     ) -> None:
-        self.objects = client.CustomObjectsApi(api)
+        self.api = api
         self.node_name = node_name
         self.published = published
         self.checkpoint = checkpoint
@@ -176,9 +176,7 @@ class ClaimPreparer:
 
     def _get(self, ref: ClaimRef) -> dict[str, Any]:
         try:
-            claim: dict[str, Any] = self.objects.get_namespaced_custom_object(
-                "resource.k8s.io", "v1", ref.namespace, "resourceclaims", ref.name
-            )
+            claim = RESOURCE_CLAIMS.get(self.api, ref.name, ref.namespace)
         except client.ApiException as error:
             if error.status == 404:
                 raise PrepareError("not_found", f"claim {ref}: not found in the API") from error

@@ -6,15 +6,14 @@ from __future__ import annotations
 import copy
 import hashlib
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from kubernetes import client
-from kubernetes.utils import parse_quantity
 
 from dra_driver import DRIVER_NAME, metrics
+from kube.resources import RESOURCE_SLICES
+from kube.units import quantity
 
-GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceslices"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nativedra"}
 QUANTITY_KEYS = frozenset({"value", "default", "min", "max", "step", "validValues"})
 QUANTITY_SECTIONS = frozenset({"capacity", "counters"})  # only there are "value"s quantities
@@ -54,7 +53,7 @@ def _normalize(value: Any, key: str | None = None, quantities: bool = False) -> 
     if isinstance(value, list):
         return [_normalize(item, key, quantities) for item in value]
     if quantities and key in QUANTITY_KEYS and isinstance(value, str | int):
-        return Decimal(parse_quantity(value))
+        return quantity(value)
     return value
 
 
@@ -64,16 +63,18 @@ def same_spec(desired: dict[str, Any], actual: dict[str, Any]) -> bool:
 
 class SlicePublisher:
     def __init__(self, api: client.ApiClient, node_name: str) -> None:
-        self.objects = client.CustomObjectsApi(api)
+        self.api = api
         self.core = client.CoreV1Api(api)
         self.node_name = node_name
         self._node_uid: str | None = None
 
+    @property
+    def field_selector(self) -> str:
+        """Selects exactly this node's slices of our driver (lists and watches)."""
+        return f"spec.nodeName={self.node_name},spec.driver={DRIVER_NAME}"
+
     def list_ours(self) -> list[dict[str, Any]]:
-        response = self.objects.list_cluster_custom_object(
-            GROUP, VERSION, PLURAL, field_selector=f"spec.nodeName={self.node_name},spec.driver={DRIVER_NAME}"
-        )
-        return list(response["items"])
+        return list(RESOURCE_SLICES.list(self.api, field_selector=self.field_selector)["items"])
 
     def _owner(self) -> list[dict[str, Any]]:
         if self._node_uid is None:
@@ -109,23 +110,23 @@ class SlicePublisher:
         created = updated = deleted = 0
         for name, spec in desired.items():
             body: dict[str, Any] = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "ResourceSlice",
+                "apiVersion": RESOURCE_SLICES.api_version,
+                "kind": RESOURCE_SLICES.kind,
                 "metadata": {"name": name, "labels": dict(MANAGED_BY), "ownerReferences": self._owner()},
                 "spec": _with_generation(spec, generation),
             }
             if name in actual:
                 body["metadata"]["resourceVersion"] = actual[name]["metadata"]["resourceVersion"]
-                self.objects.replace_cluster_custom_object(GROUP, VERSION, PLURAL, name, body)
+                RESOURCE_SLICES.replace(self.api, name, body)
                 metrics.SLICE_WRITES.labels("update").inc()
                 updated += 1
             else:
-                self.objects.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+                RESOURCE_SLICES.create(self.api, body)
                 metrics.SLICE_WRITES.labels("create").inc()
                 created += 1
         for name in set(actual) - set(desired):
             try:
-                self.objects.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+                RESOURCE_SLICES.delete(self.api, name)
             except client.ApiException as error:
                 if error.status != 404:
                     raise

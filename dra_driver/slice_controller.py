@@ -12,12 +12,12 @@ from typing import Any
 
 from kubernetes import watch
 
-from dra_driver import DRIVER_NAME
 from dra_driver.discovery import Backend
 from dra_driver.inventory import Gpu, Inventory
 from dra_driver.publish_config import PublishConfig
-from dra_driver.publisher import GROUP, PLURAL, VERSION, PublishResult, SlicePublisher
+from dra_driver.publisher import PublishResult, SlicePublisher
 from dra_driver.slices import build_slices, devices_and_counters
+from kube.resources import RESOURCE_SLICES
 
 log = logging.getLogger(__name__)
 
@@ -98,16 +98,12 @@ class SliceController:
 
     def watch_slices(self, stop: threading.Event) -> None:
         """Any change to our slices by someone else triggers a reconcile (our own writes are no-ops)."""
-        selector = f"spec.nodeName={self.publisher.node_name},spec.driver={DRIVER_NAME}"
         while not stop.is_set():
             watcher = watch.Watch()
             try:
                 stream: Any = watcher.stream(
-                    self.publisher.objects.list_cluster_custom_object,
-                    GROUP,
-                    VERSION,
-                    PLURAL,
-                    field_selector=selector,
+                    RESOURCE_SLICES.lister(self.publisher.api),
+                    field_selector=self.publisher.field_selector,
                     timeout_seconds=30,
                 )
                 for event in stream:

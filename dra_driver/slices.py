@@ -14,6 +14,7 @@ from typing import Any
 from dra_driver import DRIVER_NAME
 from dra_driver.inventory import Gpu, Health, Inventory, MigProfile
 from dra_driver.publish_config import PublishConfig
+from kube.units import MIB
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_ADVANCED = 64  # with taints, counters or list attributes
@@ -21,7 +22,6 @@ MAX_COUNTER_SETS_PER_SLICE = 8
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 COMPUTE_UNITS = 1000  # the `compute` counter: thousandths of a GPU
 UNHEALTHY_TAINT_KEY = f"{DRIVER_NAME}/unhealthy"
-MIB = 1024 * 1024
 
 Spec = dict[str, Any]
 Device = dict[str, Any]

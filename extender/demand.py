@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from extender.model import quantity
 from kube.pods import pod_claim_names
+from kube.units import quantity
 
 
 @dataclass(frozen=True)

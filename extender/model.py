@@ -10,13 +10,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
 from extender.cel_eval import device_view
-
-
-def quantity(text: str | int) -> Decimal:
-    return Decimal(parse_quantity(text))
+from kube.units import quantity
 
 
 @dataclass(frozen=True)

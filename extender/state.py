@@ -18,8 +18,20 @@ from kubernetes import client, watch
 from extender.decide import ClusterView
 from extender.gang import JOBSET_NAME
 from extender.model import Node, Usage, nodes_from, usage_from
+from kube.resources import (
+    COSCHEDULING_POD_GROUPS,
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Resource,
+)
 
 log = logging.getLogger(__name__)
+DRA_RESOURCES: dict[str, Resource] = {
+    r.plural: r
+    for r in (RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES, DEVICE_CLASSES, COSCHEDULING_POD_GROUPS)
+}
 Key = tuple[str, str]
 
 
@@ -168,16 +180,14 @@ class ClusterState:
 
 
 def _lister(api: client.ApiClient, kind: str) -> Any:
-    core, batch, objects = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     if kind == "nodes":
         return core.list_node
     if kind == "pods":
         return core.list_pod_for_all_namespaces
     if kind == "jobs":
         return batch.list_job_for_all_namespaces
-    if kind == "podgroups":
-        return lambda **kw: objects.list_cluster_custom_object("scheduling.x-k8s.io", "v1alpha1", "podgroups", **kw)
-    return lambda **kw: objects.list_cluster_custom_object("resource.k8s.io", "v1", kind, **kw)
+    return DRA_RESOURCES[kind].lister(api)
 
 
 def run_informer(api: client.ApiClient, state: ClusterState, kind: str, stop: threading.Event) -> None:

@@ -38,6 +38,23 @@ class Resource:
             return dict(objects.create_namespaced_custom_object(*self._path(namespace), body))
         return dict(objects.create_cluster_custom_object(*self._path(), body))
 
+    def replace(self, api: client.ApiClient, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Cluster-scoped replace (the plugin's ResourceSlices)."""
+        return dict(client.CustomObjectsApi(api).replace_cluster_custom_object(*self._path(), name, body))
+
+    def delete(self, api: client.ApiClient, name: str) -> None:
+        """Cluster-scoped delete."""
+        client.CustomObjectsApi(api).delete_cluster_custom_object(*self._path(), name)
+
+    def lister(self, api: client.ApiClient) -> Any:
+        """A list function over all namespaces, as `kubernetes.watch.Watch().stream` wants one."""
+        objects = client.CustomObjectsApi(api)
+
+        def list_all(**kwargs: Any) -> Any:
+            return objects.list_cluster_custom_object(*self._path(), **kwargs)
+
+        return list_all
+
     def _path(self, namespace: str | None = None) -> tuple[str, ...]:
         if namespace is None:
             return self.group, self.version, self.plural

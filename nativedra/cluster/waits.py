@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kubernetes import client
+
+from kube.resources import RESOURCE_CLAIMS
 
 T = TypeVar("T")
 
@@ -60,9 +62,7 @@ def describe_pod(api: client.ApiClient, namespace: str, name: str) -> str:
 
 
 def describe_claim(api: client.ApiClient, namespace: str, name: str) -> str:
-    claim: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
-        "resource.k8s.io", "v1", namespace, "resourceclaims", name
-    )
+    claim = RESOURCE_CLAIMS.get(api, name, namespace)
     return f"claim {namespace}/{name} status={claim.get('status', {})}"
 
 

@@ -4,15 +4,15 @@ fractions, MIG slices and shares drawn as parts of the GPU, and pending pods wit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal
 from html import escape
 from typing import Any
 
 from kubernetes import client
-from kubernetes.utils import parse_quantity
 
 from dra_driver import DRIVER_NAME
 from extender.gang import gang_of
+from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
+from kube.units import quantity
 
 BAR = 16
 MIG_MEMORY_SLICES = 8
@@ -64,8 +64,8 @@ def _holding(device: dict[str, Any], result: dict[str, Any], pods: list[str]) ->
         counters = device["consumesCounters"][0]["counters"]
         return Holding(device["name"], kind, len(counters) / MIG_MEMORY_SLICES, attributes["profile"]["string"], pods)
     if kind == "share":
-        total = Decimal(parse_quantity(device["capacity"]["memory"]["value"]))
-        used = Decimal(parse_quantity(result.get("consumedCapacity", {}).get("memory", "0")))
+        total = quantity(device["capacity"]["memory"]["value"])
+        used = quantity(result.get("consumedCapacity", {}).get("memory", "0"))
         return Holding(
             device["name"],
             kind,
@@ -207,12 +207,11 @@ def render_svg(cluster: ClusterMap, topology_labels: tuple[str, ...] = ()) -> st
 
 
 def read_map(api: client.ApiClient) -> ClusterMap:
-    objects = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     sanitize = api.sanitize_for_serialization
     return build_map(
         [sanitize(n) for n in core.list_node().items],
-        objects.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"],
-        objects.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")["items"],
+        RESOURCE_SLICES.list(api)["items"],
+        RESOURCE_CLAIMS.list(api)["items"],
         [sanitize(p) for p in core.list_pod_for_all_namespaces().items],
     )
