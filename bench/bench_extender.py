@@ -21,8 +21,9 @@ from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
 from extender.config import ExtenderConfig
-from extender.decide import ClusterView, Decider
+from extender.decide import Decider
 from extender.model import Usage, nodes_from
+from extender.view import ClusterView
 from nativedra.cluster import ControlPlane, commands, create_fake_node, wait_for
 from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.scheduler_config import scheduler_extra

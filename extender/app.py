@@ -74,9 +74,9 @@ def create_app(state: ClusterState, decider: Decider) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz() -> PlainTextResponse:
-        if state.ready:
+        missing = state.missing()
+        if not missing:
             return PlainTextResponse("ok")
-        missing = sorted(set(ClusterState.KINDS) - state.synced)
         return PlainTextResponse(f"waiting for the first list of: {', '.join(missing)}", status_code=503)
 
     @app.get("/metrics")

@@ -29,7 +29,7 @@ def _run(args: argparse.Namespace) -> int:
     api = api_client(args.kubeconfig)
     state = ClusterState(config.driver)
     stop = threading.Event()
-    for kind in (*ClusterState.KINDS, "podgroups"):
+    for kind in ClusterState.KINDS:
         threading.Thread(target=run_informer, args=(api, state, kind, stop), name=f"watch-{kind}", daemon=True).start()
     app = create_app(state, Decider(config))
     log.info(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -16,21 +15,7 @@ from extender.gang import GangRef, gang_of
 from extender.model import Node, Usage
 from extender.planner import ClusterPlan, Gang, Member, plan_cluster
 from extender.scoring import score
-
-
-@dataclass(frozen=True)
-class ClusterView:
-    """A consistent, read-only picture of the cluster (rebuilt from the API at any time)."""
-
-    version: int
-    nodes: dict[str, Node]
-    usage: dict[str, Usage]
-    pods: dict[tuple[str, str], dict[str, Any]]
-    claims: dict[tuple[str, str], dict[str, Any]]
-    templates: dict[tuple[str, str], dict[str, Any]]
-    classes: dict[str, dict[str, Any]]
-    job_parallelism: dict[tuple[str, str], int] = field(default_factory=dict)
-    pod_group_min: dict[tuple[str, str], int] = field(default_factory=dict)
+from extender.view import ClusterView
 
 
 def _timestamp(text: str | None) -> float:

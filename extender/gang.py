@@ -28,6 +28,8 @@ LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+# Without one of these labels `gang_of` finds no gang, whatever else the pod carries.
+IDENTITY_LABELS = (GANG, POD_GROUP, KUEUE_GROUP, JOBSET_NAME, LWS_NAME)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,13 @@ def _size(value: str | None, where: str) -> tuple[int | None, str | None]:
     if size < 1:
         return None, f"{where} is {size}; a gang needs at least 1 member"
     return size, None
+
+
+def may_belong_to_gang(pod: dict[str, Any]) -> bool:
+    """A cheap test on labels alone, so the watch can drop pods that can never be gang members
+    (most pods of a cluster) without knowing the gang's size sources."""
+    labels = pod["metadata"].get("labels") or {}
+    return any(label in labels for label in IDENTITY_LABELS)
 
 
 def gang_of(

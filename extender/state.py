@@ -15,9 +15,9 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from extender.decide import ClusterView
-from extender.gang import JOBSET_NAME
+from extender.gang import JOBSET_NAME, may_belong_to_gang
 from extender.model import Node, Usage, nodes_from, usage_from
+from extender.view import ClusterView
 from kube.resources import (
     COSCHEDULING_POD_GROUPS,
     DEVICE_CLASSES,
@@ -28,7 +28,8 @@ from kube.resources import (
 )
 
 log = logging.getLogger(__name__)
-DRA_RESOURCES: dict[str, Resource] = {
+# Custom resources are listed through `CustomObjectsApi`; built-in kinds through their typed APIs.
+CUSTOM_RESOURCES: dict[str, Resource] = {
     r.plural: r
     for r in (RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES, DEVICE_CLASSES, COSCHEDULING_POD_GROUPS)
 }
@@ -40,25 +41,34 @@ def _key(obj: dict[str, Any]) -> Key:
 
 
 def _relevant_pod(pod: dict[str, Any]) -> bool:
-    """Pods that can matter: with claims, or in a gang (any of the recognised labels)."""
-    labels = pod["metadata"].get("labels") or {}
-    return bool((pod.get("spec") or {}).get("resourceClaims")) or any(
-        key.startswith(
-            ("nativedra.dev/", "scheduling.x-k8s.io/", "kueue.x-k8s.io/", "jobset.sigs.k8s.io/", "leaderworkerset")
-        )
-        for key in labels
-    )
+    """Pods that can matter: with claims, or in a gang."""
+    return bool((pod.get("spec") or {}).get("resourceClaims")) or may_belong_to_gang(pod)
 
 
 class ClusterState:
-    KINDS = ("nodes", "pods", "resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses", "jobs")
+    """Every watched kind is stored the same way. Required kinds gate readiness: without their
+    first list the view would be wrong. Optional kinds are CRDs that may not be installed
+    (scheduler-plugins PodGroups): when the API does not serve one, it simply has no objects, and
+    readiness never waits for it."""
+
+    REQUIRED_KINDS = (
+        "nodes",
+        "pods",
+        "resourceslices",
+        "resourceclaims",
+        "resourceclaimtemplates",
+        "deviceclasses",
+        "jobs",
+    )
+    OPTIONAL_KINDS = ("podgroups",)
+    KINDS = REQUIRED_KINDS + OPTIONAL_KINDS
 
     def __init__(self, driver: str) -> None:
         self.driver = driver
         self.lock = threading.RLock()
         self.version = 0
-        self.objects: dict[str, dict[Key, dict[str, Any]]] = {kind: {} for kind in (*self.KINDS, "podgroups")}
-        self.synced: set[str] = set()
+        self.objects: dict[str, dict[Key, dict[str, Any]]] = {kind: {} for kind in self.KINDS}
+        self._synced: set[str] = set()
         self._nodes: dict[str, Node] = {}
         self._usage: dict[str, Usage] = {}
         self._slices_by_node: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
@@ -66,9 +76,10 @@ class ClusterState:
         self._dirty_nodes: set[str] = set()
         self._dirty_usage: set[str] = set()
 
-    @property
-    def ready(self) -> bool:
-        return set(self.KINDS) <= self.synced
+    def missing(self) -> list[str]:
+        """Required kinds not listed yet, for /readyz to name."""
+        with self.lock:
+            return sorted(set(self.REQUIRED_KINDS) - self._synced)
 
     # -- updates -------------------------------------------------------------------------------
 
@@ -78,8 +89,13 @@ class ClusterState:
                 self._forget(kind, key)
             for item in items:
                 self._store(kind, item)
-            self.synced.add(kind)
+            self._synced.add(kind)
             self.version += 1
+
+    def absent(self, kind: str) -> None:
+        """The API does not serve optional `kind` (its CRD is not installed): it has no objects,
+        and any seen before the CRD went away are gone with it."""
+        self.replace(kind, [])
 
     def apply(self, event: str, kind: str, obj: dict[str, Any]) -> None:
         with self.lock:
@@ -187,7 +203,7 @@ def _lister(api: client.ApiClient, kind: str) -> Any:
         return core.list_pod_for_all_namespaces
     if kind == "jobs":
         return batch.list_job_for_all_namespaces
-    return DRA_RESOURCES[kind].lister(api)
+    return CUSTOM_RESOURCES[kind].lister(api)
 
 
 def run_informer(api: client.ApiClient, state: ClusterState, kind: str, stop: threading.Event) -> None:
@@ -205,9 +221,9 @@ def run_informer(api: client.ApiClient, state: ClusterState, kind: str, stop: th
                 if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                     state.apply(event["type"], kind, event["raw_object"])
         except client.ApiException as error:
-            if error.status == 404 and kind == "podgroups":
-                state.synced.add(kind)  # the PodGroup CRD is not installed: nothing to watch
-                stop.wait(60)
+            if error.status == 404 and kind in ClusterState.OPTIONAL_KINDS:
+                state.absent(kind)
+                stop.wait(60)  # look again later: the CRD may be installed after the extender starts
                 continue
             log.warning("%s watch: %s %s; re-listing", kind, error.status, error.reason)
             stop.wait(1)

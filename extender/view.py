@@ -1,0 +1,28 @@
+"""The read-only picture of the cluster that decisions are made from.
+
+Its own module because two sides share it: `state` builds it from the watches and `decide`
+reads it; neither owns the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.model import Node, Usage
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """A consistent snapshot (rebuilt from the API at any time); `version` changes with any event,
+    so answers derived from one view can be cached under it."""
+
+    version: int
+    nodes: dict[str, Node]
+    usage: dict[str, Usage]
+    pods: dict[tuple[str, str], dict[str, Any]]
+    claims: dict[tuple[str, str], dict[str, Any]]
+    templates: dict[tuple[str, str], dict[str, Any]]
+    classes: dict[str, dict[str, Any]]
+    job_parallelism: dict[tuple[str, str], int] = field(default_factory=dict)
+    pod_group_min: dict[tuple[str, str], int] = field(default_factory=dict)
