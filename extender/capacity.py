@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
-from extender.model import Device, Node, Usage, take
+from extender.model import Node, NodeDevice, Usage, take
 
 
 class Matcher:
@@ -17,10 +17,10 @@ class Matcher:
     def __init__(self, selectors: Selectors, driver: str) -> None:
         self.selectors = selectors
         self.driver = driver
-        self._cache: dict[tuple[str, tuple[str, ...]], tuple[Node, list[Device]]] = {}
+        self._cache: dict[tuple[str, tuple[str, ...]], tuple[Node, list[NodeDevice]]] = {}
         self._lock = threading.Lock()
 
-    def matching(self, node: Node, expressions: tuple[str, ...]) -> list[Device]:
+    def matching(self, node: Node, expressions: tuple[str, ...]) -> list[NodeDevice]:
         key = (node.name, expressions)
         with self._lock:
             cached = self._cache.get(key)
@@ -34,7 +34,7 @@ class Matcher:
         return found
 
 
-def _counters_allow(node: Node, usage: Usage, device: Device) -> bool:
+def _counters_allow(node: Node, usage: Usage, device: NodeDevice) -> bool:
     for counter_set, counters in device.consumes:
         total = node.counters.get(counter_set, {})
         used = usage.counters.get(counter_set, {})
@@ -44,7 +44,7 @@ def _counters_allow(node: Node, usage: Usage, device: Device) -> bool:
     return True
 
 
-def available(node: Node, usage: Usage, device: Device, request: Request) -> bool:
+def available(node: Node, usage: Usage, device: NodeDevice, request: Request) -> bool:
     if device.multi:
         used = usage.shared.get(device.name, {})
         for name, amount in request.capacity:
@@ -61,17 +61,19 @@ def _attribute_key(attribute: str, driver: str) -> str:
     return name if domain == driver else attribute
 
 
-def _pick(node: Node, usage: Usage, request: Request, candidates: list[Device], driver: str) -> list[Device] | None:
-    groups: list[list[Device]] = [candidates]
+def _pick(
+    node: Node, usage: Usage, request: Request, candidates: list[NodeDevice], driver: str
+) -> list[NodeDevice] | None:
+    groups: list[list[NodeDevice]] = [candidates]
     if request.match_attribute:
         key = _attribute_key(request.match_attribute, driver)
-        by_value: dict[object, list[Device]] = defaultdict(list)
+        by_value: dict[object, list[NodeDevice]] = defaultdict(list)
         for device in candidates:
             by_value[str(device.attribute(key))].append(device)
         groups = sorted(by_value.values(), key=len)  # the tightest group that fits keeps bigger ones whole
     for group in groups:
         working = usage.copy()
-        picked: list[Device] = []
+        picked: list[NodeDevice] = []
         for device in group:
             if available(node, working, device, request):
                 take(working, device, dict(request.capacity))
@@ -108,5 +110,5 @@ def members_fit(node: Node, usage: Usage, demand: Demand, limit: int, matcher: M
     return count, working
 
 
-def free_matching(node: Node, usage: Usage, request: Request, matcher: Matcher) -> list[Device]:
+def free_matching(node: Node, usage: Usage, request: Request, matcher: Matcher) -> list[NodeDevice]:
     return [d for d in matcher.matching(node, request.selectors) if available(node, usage, d, request)]

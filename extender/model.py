@@ -15,7 +15,10 @@ from kube.units import quantity
 
 
 @dataclass(frozen=True)
-class Device:
+class NodeDevice:
+    """One device our driver publishes on a node, as the extender plans with it (not the plugin's
+    or CDI's device types): its CEL view, the counters it consumes, whether it can be shared."""
+
     node: str
     name: str
     raw: dict[str, Any]
@@ -37,7 +40,7 @@ class Device:
 class Node:
     name: str
     labels: dict[str, str]
-    devices: dict[str, Device] = field(default_factory=dict)
+    devices: dict[str, NodeDevice] = field(default_factory=dict)
     counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)
 
 
@@ -70,7 +73,7 @@ def nodes_from(node_objects: list[dict[str, Any]], slices: list[dict[str, Any]],
                 for c in raw.get("consumesCounters") or []
             )
             tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in raw.get("taints") or [])
-            node.devices[raw["name"]] = Device(
+            node.devices[raw["name"]] = NodeDevice(
                 node.name,
                 raw["name"],
                 raw,
@@ -115,7 +118,7 @@ def usage_from(claims: list[dict[str, Any]], nodes: dict[str, Node], driver: str
     return usage
 
 
-def take(usage: Usage, device: Device, consumed: dict[str, Decimal] | None = None) -> None:
+def take(usage: Usage, device: NodeDevice, consumed: dict[str, Decimal] | None = None) -> None:
     """Record that `device` (or `consumed` of a shared device) is in use."""
     if device.multi:
         used = usage.shared.setdefault(device.name, {})

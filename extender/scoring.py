@@ -15,21 +15,21 @@ from collections import Counter
 from extender.capacity import Matcher, free_matching, place
 from extender.config import ScoreWeights
 from extender.demand import Demand, Request
-from extender.model import Device, Node, Usage
+from extender.model import Node, NodeDevice, Usage
 
 MAX = 10
 
 
-def numa_score(free: list[Device], request: Request) -> int:
+def numa_score(free: list[NodeDevice], request: Request) -> int:
     per_numa = Counter(d.attribute("numaNode") for d in free)
     return MAX if per_numa and max(per_numa.values()) >= request.count else MAX // 3
 
 
-def packing_score(free: list[Device], matching: int, request: Request) -> int:
+def packing_score(free: list[NodeDevice], matching: int, request: Request) -> int:
     return round(MAX * (1 - (len(free) - request.count) / matching)) if matching else 0
 
 
-def fraction_packing_score(free: list[Device], usage: Usage) -> int:
+def fraction_packing_score(free: list[NodeDevice], usage: Usage) -> int:
     """10 when a requested part fits on a GPU that already serves someone."""
     shared_sets = {name for name, used in usage.counters.items() if any(v > 0 for v in used.values())}
     shared_devices = {name for name, used in usage.shared.items() if any(v > 0 for v in used.values())}
