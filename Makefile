@@ -10,10 +10,11 @@ PACKAGES := nativedra dra_driver cdi extender kube cmdline fsutil e2e
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $@
+	@echo "nativedra: installing the package and its tools into $(VENV) (first run only, about a minute)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install --quiet --upgrade pip
+	@$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
 
 demo: venv
 	$(BIN)/nativedra demo

@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from dra_driver.kubelet_paths import data_dir, dra_socket, registration_socket
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
+from nativedra.cluster.commands import NodeDirs
+from nativedra.kubelet_client import make_dev_tree, plugin_info
 
 
 @pytest.fixture(scope="session")
@@ -68,58 +71,33 @@ def fake_nodes(api: client.ApiClient) -> Iterator[Callable[..., str]]:
             core.delete_node(name)
 
 
-@pytest.fixture
-def plugin_processes(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Start real `nativedra plugin` processes against the test cluster; stopped after the test."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(node: str, *args: str) -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"plugin-{node}.log").open("wb")
-        process = subprocess.Popen(
-            commands.plugin(node, control_plane.kubeconfig, *args),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.terminate()
-    for process in started:
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 class NodePlugin:
     """A `nativedra plugin` process with its own kubelet directories, restartable like a pod."""
 
     def __init__(self, control_plane: ControlPlane, root: Path, node: str, args: tuple[str, ...]) -> None:
         self.control_plane = control_plane
+        self.dirs = NodeDirs(root)
         self.root = root
         self.node = node
         self.args = args
-        self.registry_dir = root / "registry"
-        self.plugin_dir = root / "plugins"
-        self.cdi_dir = root / "cdi"
+        self.registry_dir = self.dirs.registry
+        self.plugin_dir = self.dirs.plugins
+        self.cdi_dir = self.dirs.cdi
         self.fault_file = root / "faults.yaml"
         self.process: subprocess.Popen[bytes] | None = None
         self.log = root / "plugin.log"
 
     @property
     def data_dir(self) -> Path:
-        return self.plugin_dir / "gpu.nativedra.dev"
+        return data_dir(self.plugin_dir)
 
     @property
     def registration_socket(self) -> Path:
-        return self.registry_dir / "gpu.nativedra.dev-reg.sock"
+        return registration_socket(self.registry_dir)
 
     @property
     def dra_socket(self) -> Path:
-        return self.data_dir / "dra.sock"
+        return dra_socket(self.plugin_dir)
 
     def start(self, env: dict[str, str] | None = None) -> None:
         with self.log.open("ab") as log:
@@ -127,17 +105,10 @@ class NodePlugin:
                 commands.plugin(
                     self.node,
                     self.control_plane.kubeconfig,
-                    "--registry-dir",
-                    str(self.registry_dir),
-                    "--plugin-dir",
-                    str(self.plugin_dir),
-                    "--cdi-dir",
-                    str(self.cdi_dir),
-                    "--dev-root",
-                    str(self.root / "dev"),
                     "--fault-file",
                     str(self.fault_file),
                     *self.args,
+                    dirs=self.dirs,
                 ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -154,8 +125,6 @@ class NodePlugin:
 
     def answers(self) -> bool:
         """Serving, as the kubelet checks it (a socket file left by a killed process does not count)."""
-        from nativedra.kubelet_client import plugin_info  # noqa: PLC0415
-
         return plugin_info(self.registration_socket) is not None
 
     def stop(self) -> None:
@@ -174,8 +143,8 @@ class NodePlugin:
 
 @pytest.fixture
 def node_plugin(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., NodePlugin]]:
-    """Factory: a plugin for `node` with a fake /dev of 8 NVIDIA GPUs; stopped after the test."""
-    from nativedra.kubelet_client import make_dev_tree  # noqa: PLC0415 - grpc stubs load only for tests that need them
+    """Factory: a plugin for `node` with its own kubelet directories and a fake /dev of 8 NVIDIA GPUs
+    (the one way tests launch a plugin process); stopped after the test."""
 
     plugins: list[NodePlugin] = []
     roots: list[Path] = []
@@ -184,7 +153,7 @@ def node_plugin(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Callabl
         # Unix socket paths must stay under 108 bytes: pytest's tmp paths are too long.
         root = Path(tempfile.mkdtemp(prefix="nd-", dir="/tmp"))
         roots.append(root)
-        make_dev_tree(root / "dev", range(8))
+        make_dev_tree(NodeDirs(root).dev, range(8))
         plugin = NodePlugin(control_plane, root, node, args or ("--backend", "simulated", "--profile", "h100-8x"))
         plugin.start()
         plugins.append(plugin)

@@ -100,10 +100,10 @@ def test_publisher_restores_slices_changed_by_someone_else(
 
 
 def test_real_scheduler_allocates_by_product_name_numa_mig_and_fraction(
-    api: client.ApiClient, namespace: str, fake_nodes: Callable[..., str], plugin_processes: Callable[..., Any]
+    api: client.ApiClient, namespace: str, fake_nodes: Callable[..., str], node_plugin: Callable[..., Any]
 ) -> None:
     node = fake_nodes("h100")
-    plugin_processes(node, "--backend", "simulated", "--profile", "h100-8x")
+    node_plugin(node, "--backend", "simulated", "--profile", "h100-8x")
     devices = _wait_published(api, node, minimum=140)
 
     claim_template(
@@ -149,10 +149,10 @@ def test_real_scheduler_allocates_by_product_name_numa_mig_and_fraction(
 
 
 def test_consumable_share_allocates_a_10gi_share(
-    api: client.ApiClient, namespace: str, fake_nodes: Callable[..., str], plugin_processes: Callable[..., Any]
+    api: client.ApiClient, namespace: str, fake_nodes: Callable[..., str], node_plugin: Callable[..., Any]
 ) -> None:
     node = fake_nodes("share")
-    plugin_processes(node, "--backend", "simulated", "--profile", "l4-4x", "--sharing", "consumable")
+    node_plugin(node, "--backend", "simulated", "--profile", "l4-4x", "--sharing", "consumable")
     _wait_published(api, node, minimum=4)
     claim_template(api, namespace, "ten-gi", [request("gpus", SHARE_CLASS, capacity={"memory": "10Gi"})])
     gpu_pod(api, namespace, "s1", "ten-gi", node=node)
@@ -219,11 +219,11 @@ def test_64_gpu_node_spans_several_slices_and_stays_allocatable(
     api: client.ApiClient,
     namespace: str,
     fake_nodes: Callable[..., str],
-    plugin_processes: Callable[..., Any],
+    node_plugin: Callable[..., Any],
     tmp_path: Path,
 ) -> None:
     node = fake_nodes("big")
-    plugin_processes(node, "--backend", "simulated", "--profile", str(_big_profile(tmp_path / "big.yaml", 64)))
+    node_plugin(node, "--backend", "simulated", "--profile", str(_big_profile(tmp_path / "big.yaml", 64)))
     _wait_published(api, node, minimum=64 * 15)
     slices = our_slices(api, node)
     assert len(slices) > 10
@@ -236,12 +236,12 @@ def test_64_gpu_node_spans_several_slices_and_stays_allocatable(
 
 
 def test_plugin_republishes_when_the_profile_changes(
-    api: client.ApiClient, fake_nodes: Callable[..., str], plugin_processes: Callable[..., Any], tmp_path: Path
+    api: client.ApiClient, fake_nodes: Callable[..., str], node_plugin: Callable[..., Any], tmp_path: Path
 ) -> None:
     node = fake_nodes("change")
     profile = tmp_path / "node.yaml"
     profile.write_text(resolve_profile("l4-4x").read_text())
-    plugin_processes(node, "--backend", "simulated", "--profile", str(profile), "--fractions", "none")
+    node_plugin(node, "--backend", "simulated", "--profile", str(profile), "--fractions", "none")
     wait_for(lambda: set(published_devices(api, node)) == {"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, 60, "4 whole L4s")
     document = yaml.safe_load(profile.read_text())
     document["gpus"] = document["gpus"][:2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -18,8 +19,16 @@ def _run(command: list[str], cwd: Path) -> str:
 
 
 def test_wheel_installed_in_a_fresh_venv_runs_outside_the_checkout(tmp_path: Path) -> None:
+    # Build from a copy: an in-tree build leaves build/lib behind, whose stale files a later wheel would carry.
+    source = tmp_path / "source"
+    shutil.copytree(
+        REPO,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__"),
+    )
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(dist), str(REPO)], tmp_path)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(dist), str(source)], tmp_path)
     (wheel,) = dist.glob("nativedra-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/", 1)[0] for name in names if "/" in name and ".dist-info" not in name}

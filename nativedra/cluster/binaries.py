@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 DEFAULT_K8S_VERSION = "v1.36.2"
 MINIMUM_MINOR = 36
 KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+HEARTBEAT_S = 30.0
 _VERSION_RE = re.compile(r"^v1\.(\d+)\.(\d+)$")
 _STAGING_REPLACE_RE = re.compile(r"^\s*(k8s\.io/[A-Za-z0-9._-]+)\s+=>\s+\./staging/", re.MULTILINE)
 
@@ -103,23 +105,41 @@ def resolve(version: str | None = None) -> Binaries:
     )
 
 
-def _go(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _go(args: list[str], cwd: Path, env: dict[str, str], what: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run go; for a long step (`what`), say every 30 s that it is still going, so a first run that
+    builds Kubernetes for minutes never looks hung."""
     go = shutil.which("go")
     if go is None:
         raise BinaryError("Go is needed to build Kubernetes (or set KUBEBUILDER_ASSETS); `go` is not on PATH")
-    return subprocess.run([go, *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    started = time.monotonic()
+    with subprocess.Popen(
+        [go, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        while True:
+            try:
+                stdout, stderr = process.communicate(timeout=HEARTBEAT_S)
+                break
+            except subprocess.TimeoutExpired:
+                if what:
+                    log.info("still %s: %s so far", what, _elapsed(started))
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def _go_checked(args: list[str], cwd: Path, env: dict[str, str]) -> None:
+def _elapsed(started: float) -> str:
+    seconds = int(time.monotonic() - started)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _go_checked(args: list[str], cwd: Path, env: dict[str, str], what: str | None = None) -> None:
     """Run go; if only the checksum database is unreachable, retry once with GOSUMDB=off.
 
     The module proxy is the single source either way; the fallback is logged.
     """
-    result = _go(args, cwd, env)
+    result = _go(args, cwd, env, what)
     if result.returncode != 0 and "sum.golang.org" in result.stderr and env.get("GOSUMDB") != "off":
         log.warning("Go checksum database unreachable; building with GOSUMDB=off (proxy only)")
         env["GOSUMDB"] = "off"
-        result = _go(args, cwd, env)
+        result = _go(args, cwd, env, what)
     if result.returncode != 0:
         raise BinaryError(f"`go {' '.join(args)}` failed in {cwd}:\n{result.stderr[-4000:]}")
 
@@ -181,7 +201,8 @@ def _build_into(version: str, components: list[str], src: Path, bin_dir: Path) -
     )
     imports = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"' for name in KUBE_COMPONENTS)
     (src / "tools.go").write_text(_TOOLS_GO.format(imports=imports))
-    _go_checked(["mod", "tidy"], src, env)
+    log.info("resolving the Go modules of Kubernetes %s (module cache: %s)", version, _go_mod_cache(env))
+    _go_checked(["mod", "tidy"], src, env, "resolving modules")
     minor = str(minor_of(version))
     ldflags = " ".join(
         [
@@ -192,12 +213,26 @@ def _build_into(version: str, components: list[str], src: Path, bin_dir: Path) -
             f"-X k8s.io/client-go/pkg/version.gitVersion={version}",
         ]
     )
-    for name in components:
-        log.info("building %s %s (first run only; cached in %s)", name, version, bin_dir)
+    for position, name in enumerate(components, start=1):
+        started = time.monotonic()
+        log.info(
+            "building %s %s (%d of %d; first run only, the first takes minutes on 2 cores; result cached in %s)",
+            name,
+            version,
+            position,
+            len(components),
+            bin_dir,
+        )
         tmp = bin_dir / f".{name}.tmp"
         _go_checked(
             ["build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), f"k8s.io/kubernetes/cmd/{name}"],
             src,
             env,
+            f"building {name}",
         )
         tmp.replace(bin_dir / name)
+        log.info("built %s in %s", name, _elapsed(started))
+
+
+def _go_mod_cache(env: dict[str, str]) -> str:
+    return env.get("GOMODCACHE") or str(Path(env.get("GOPATH") or Path.home() / "go") / "pkg" / "mod")

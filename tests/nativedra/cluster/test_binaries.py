@@ -1,12 +1,10 @@
-"""Pure parts of the control-plane harness and CLI plumbing."""
+"""Building Kubernetes from its Go module: the wrapper go.mod and the version pin."""
 
 from __future__ import annotations
 
 import pytest
 
-from nativedra.cli import build_parser
 from nativedra.cluster.binaries import BinaryError, pinned_version, staging_modules, wrapper_go_mod
-from nativedra.cluster.controlplane import deep_merge
 
 UPSTREAM = """module k8s.io/kubernetes
 
@@ -39,17 +37,3 @@ def test_version_pin_rejects_old_or_malformed(monkeypatch: pytest.MonkeyPatch) -
         pinned_version()
     monkeypatch.setenv("NATIVEDRA_K8S_VERSION", "v1.37.2")
     assert pinned_version() == "v1.37.2"
-
-
-def test_scheduler_config_merge_keeps_base_and_replaces_lists() -> None:
-    base = {"clientConnection": {"kubeconfig": "k"}, "extenders": [{"urlPrefix": "a"}]}
-    merged = deep_merge(base, {"clientConnection": {"qps": 50}, "extenders": [{"urlPrefix": "b"}]})
-    assert merged == {"clientConnection": {"kubeconfig": "k", "qps": 50}, "extenders": [{"urlPrefix": "b"}]}
-
-
-def test_flags_fall_back_to_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NATIVEDRA_NODE_NAME", "gpu-node-7")
-    monkeypatch.setenv("NATIVEDRA_BACKEND", "simulated")
-    args = build_parser().parse_args(["plugin"])
-    assert args.node_name == "gpu-node-7"
-    assert args.backend == "simulated"
