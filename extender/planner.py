@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.capacity import Matcher, members_fit, place
+from extender.capacity import Matcher, members_fit
 from extender.demand import Demand
 from extender.eligibility import eligible
 from extender.gang import GangRef
@@ -95,6 +95,7 @@ def _expired(gang: Gang, now: float, timeout: float) -> bool:
 
 
 def _domains(nodes: dict[str, Node], level: str | None, gang: Gang) -> dict[str, list[str]]:
+    """Domain value -> nodes the gang may use there; members already bound decide the domain."""
     usable = {name: node for name, node in nodes.items() if gang.may_use(node)}
     if not level:
         return {ANYWHERE: sorted(usable)}
@@ -103,27 +104,99 @@ def _domains(nodes: dict[str, Node], level: str | None, gang: Gang) -> dict[str,
         if level in node.labels:
             domains[node.labels[level]].append(name)
     bound = {nodes[m.node].labels.get(level) for m in gang.bound if m.node in nodes}
-    if bound:  # members already placed decide the domain
+    if bound:
         return {value: names for value, names in domains.items() if value in bound}
     return dict(domains)
 
 
-def _describe(gang: Gang, demand: Demand, level: str | None) -> str:
-    where = f" in one {level}" if level else ""
-    return f"gang {gang.ref.key} needs {gang.remaining} more pod(s) x {demand.devices} device(s){where}"
+def _held_by_another_exclusive_gang(gang: Gang, names: list[str], taken: dict[str, str]) -> bool:
+    """An exclusive gang (JobSet/LWS exclusive-topology) shares its domain with no other one."""
+    return gang.ref.exclusive and any(taken.get(name, gang.ref.key) != gang.ref.key for name in names)
+
+
+def _levels(ref: GangRef) -> list[str | None]:
+    """Topology levels to try, in order: a required level alone; a preferred one, then anywhere."""
+    level = ref.required_topology or ref.preferred_topology
+    return [level] if ref.required_topology or not level else [level, None]
+
+
+@dataclass(frozen=True)
+class _DomainFit:
+    domain: str
+    total: int  # members that fit in the whole domain
+    room: list[tuple[str, int]]  # node -> members that fit there, tightest first
 
 
 def _fit_domain(
-    names: list[str], nodes: dict[str, Node], usage: dict[str, Usage], demand: Demand, *, need: int, matcher: Matcher
-) -> tuple[int, list[tuple[str, int]]]:
-    """Members that fit in the domain (up to `need` per node) and per-node room, tightest first."""
+    domain: str,
+    names: list[str],
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    demand: Demand,
+    *,
+    need: int,
+    matcher: Matcher,
+) -> _DomainFit:
+    """How many members fit in the domain (up to `need` per node); tightest nodes come first so
+    they fill before roomier ones."""
     room = []
     for name in names:
         fits, _ = members_fit(nodes[name], usage[name], demand, need, matcher)
         if fits:
             room.append((name, fits))
     room.sort(key=lambda item: (item[1], item[0]))
-    return sum(fits for _, fits in room), room
+    return _DomainFit(domain, sum(fits for _, fits in room), room)
+
+
+def _choose(candidates: list[_DomainFit], sticky: str | None) -> _DomainFit:
+    """The domain already given to members not yet seen bound, while it still fits; else best fit:
+    the least room to spare, so big free domains stay whole for big gangs."""
+    kept = [c for c in candidates if c.domain == sticky]
+    return kept[0] if kept else min(candidates, key=lambda c: (c.total, c.domain))
+
+
+def _assign(
+    fit: _DomainFit, nodes: dict[str, Node], usage: dict[str, Usage], demand: Demand, *, need: int, matcher: Matcher
+) -> tuple[dict[str, int], dict[str, Usage]]:
+    """Members per node, filling the tightest nodes first, and each touched node's usage with
+    them placed: that usage is what the plan holds against others."""
+    slots: dict[str, int] = {}
+    changed: dict[str, Usage] = {}
+    left = need
+    for name, fits in fit.room:
+        placed, changed[name] = members_fit(nodes[name], usage[name], demand, min(fits, left), matcher)
+        if placed:
+            slots[name] = placed
+        left -= placed
+        if left == 0:
+            break
+    return slots, changed
+
+
+def _settled(gang: Gang, demand: Demand) -> Plan | None:
+    """The plan when nodes do not matter: a badly labelled gang, nothing left to place, a demand
+    not known yet, or no demand for our devices."""
+    if gang.ref.error:
+        return Plan(gang.ref.key, False, reason=f"gang {gang.ref.key}: {gang.ref.error}")
+    if gang.remaining == 0:
+        return Plan(gang.ref.key, True)
+    if demand.unresolved:
+        waiting_for = ", ".join(demand.unresolved)
+        return Plan(gang.ref.key, False, reason=f"gang {gang.ref.key}: waiting to see {waiting_for}")
+    if not demand.requests:
+        return Plan(gang.ref.key, True)
+    return None
+
+
+def _no_room(gang: Gang, demand: Demand, best_seen: tuple[int, str]) -> str:
+    """Why the gang cannot be placed, with the best domain's room, so the user can act on it."""
+    level = gang.ref.required_topology or gang.ref.preferred_topology
+    where = f" in one {level}" if level else ""
+    needs = f"gang {gang.ref.key} needs {gang.remaining} more pod(s) x {demand.devices} device(s){where}"
+    level_text = f"{level} " if level else ""
+    total, domain = best_seen
+    best = f"the best {level_text}({domain}) has room for {total}" if domain else "no node has room"
+    return f"{needs}; {best}"
 
 
 def _plan_gang(
@@ -135,54 +208,26 @@ def _plan_gang(
     taken: dict[str, str],
     sticky: str | None = None,
 ) -> tuple[Plan, dict[str, Usage]]:
+    """One gang's remaining members in one domain, and the usage of the nodes the plan holds."""
     demand = gang.demand()
-    if gang.ref.error:
-        return Plan(gang.ref.key, False, reason=f"gang {gang.ref.key}: {gang.ref.error}"), {}
-    if gang.remaining == 0:
-        return Plan(gang.ref.key, True), {}
-    if demand.unresolved:
-        waiting_for = ", ".join(demand.unresolved)
-        return Plan(gang.ref.key, False, reason=f"gang {gang.ref.key}: waiting to see {waiting_for}"), {}
-    if not demand.requests:
-        return Plan(gang.ref.key, True), {}
-    level = gang.ref.required_topology or gang.ref.preferred_topology
-    attempts = [level] if gang.ref.required_topology or not level else [level, None]
+    settled = _settled(gang, demand)
+    if settled is not None:
+        return settled, {}
     best_seen: tuple[int, str] = (0, "")
-    for attempt in attempts:
-        candidates = []
-        for domain, names in _domains(nodes, attempt, gang).items():
-            if gang.ref.exclusive and any(taken.get(name, gang.ref.key) != gang.ref.key for name in names):
-                continue  # exclusive placement: no other exclusive gang in the domain
-            total, room = _fit_domain(names, nodes, usage, demand, need=gang.remaining, matcher=matcher)
-            best_seen = max(best_seen, (total, domain))
-            if total >= gang.remaining:
-                candidates.append((total, domain, room))
-        if not candidates:
-            continue
-        # Keep the domain already given to members not yet seen bound; else best fit: least room to spare.
-        kept = [c for c in candidates if c[1] == sticky]
-        _, domain, room = kept[0] if kept else min(candidates, key=lambda c: (c[0], c[1]))
-        slots: dict[str, int] = {}
-        changed: dict[str, Usage] = {}
-        left = gang.remaining
-        for name, fits in room:
-            take = min(fits, left)
-            current = changed.get(name, usage[name])
-            for _ in range(take):
-                after = place(nodes[name], current, demand, matcher)
-                if after is None:
-                    break
-                current = after
-                slots[name] = slots.get(name, 0) + 1
-                left -= 1
-            changed[name] = current
-            if left == 0:
-                break
-        where = f"{attempt} {domain}" if attempt else ANYWHERE
-        return Plan(gang.ref.key, True, slots, where, f"planned onto {where}", domain_value=domain), changed
-    level_text = f"{level} " if level else ""
-    best = f"the best {level_text}({best_seen[1]}) has room for {best_seen[0]}" if best_seen[1] else "no node has room"
-    return Plan(gang.ref.key, False, reason=f"{_describe(gang, demand, level)}; {best}"), {}
+    for level in _levels(gang.ref):
+        fits = [
+            _fit_domain(domain, names, nodes, usage, demand, need=gang.remaining, matcher=matcher)
+            for domain, names in _domains(nodes, level, gang).items()
+            if not _held_by_another_exclusive_gang(gang, names, taken)
+        ]
+        best_seen = max([best_seen, *((fit.total, fit.domain) for fit in fits)])
+        candidates = [fit for fit in fits if fit.total >= gang.remaining]
+        if candidates:
+            chosen = _choose(candidates, sticky)
+            slots, changed = _assign(chosen, nodes, usage, demand, need=gang.remaining, matcher=matcher)
+            where = f"{level} {chosen.domain}" if level else ANYWHERE
+            return Plan(gang.ref.key, True, slots, where, f"planned onto {where}", domain_value=chosen.domain), changed
+    return Plan(gang.ref.key, False, reason=_no_room(gang, demand, best_seen)), {}
 
 
 def plan_cluster(
