@@ -23,6 +23,7 @@ from kubernetes import client
 from bench.timing import Timing, measure, report
 from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import resolve_profile
+from dra_driver.published import DeviceKind, DeviceView
 from nativedra.cluster import commands, create_fake_node, wait_for
 from nativedra.kubelet_client import make_dev_tree, plugin_info, prepare, unprepare
 from nativedra.objects import create_claim, published_devices, request
@@ -106,7 +107,7 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
         registration = registry / f"{DRIVER_NAME}-reg.sock"
         wait_for(lambda: plugin_info(registration), 60, "the plugin to serve")
         devices = wait_for(lambda: published_devices(api, NODE), 60, "published devices")
-        fractions = sorted(name for name, d in devices.items() if d["attributes"]["type"]["string"] == "fraction")
+        fractions = sorted(name for name, d in devices.items() if DeviceView.from_api(d).kind is DeviceKind.FRACTION)
         keys = _claims(api, "bench-prepare", fractions[:CLAIMS])
         socket = plugins / DRIVER_NAME / "dra.sock"
         objects = client.CustomObjectsApi(api)

@@ -59,7 +59,7 @@ class ContainerEdits:
 
 
 @dataclass(frozen=True)
-class Device:
+class CdiDevice:
     name: str
     container_edits: ContainerEdits
     annotations: dict[str, str] = field(default_factory=dict)
@@ -68,7 +68,7 @@ class Device:
 @dataclass(frozen=True)
 class Spec:
     kind: str  # "<vendor>/<class>"
-    devices: tuple[Device, ...]
+    devices: tuple[CdiDevice, ...]
     container_edits: ContainerEdits = ContainerEdits()
     annotations: dict[str, str] = field(default_factory=dict)
 

@@ -15,6 +15,11 @@ _UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 SPEC_FILE_MODE = 0o644  # runtimes read it; it holds no secrets, and only root may write the directory
 
 
+def spec_text(spec: Spec) -> str:
+    """The file's exact text (validated, lowest cdiVersion): written now and kept to restore it."""
+    return yaml.safe_dump(to_document(spec), sort_keys=False)
+
+
 class SpecStore:
     """One spec file per claim: `<vendor>-<class>_<claimUID>.yaml`."""
 
@@ -28,7 +33,7 @@ class SpecStore:
         return self.directory / f"{self.prefix}{claim_uid}.yaml"
 
     def write(self, claim_uid: str, spec: Spec) -> Path:
-        return self.write_text(claim_uid, yaml.safe_dump(to_document(spec), sort_keys=False))
+        return self.write_text(claim_uid, spec_text(spec))
 
     def write_text(self, claim_uid: str, text: str) -> Path:
         """Write an already validated spec (e.g. the exact text kept in the checkpoint)."""

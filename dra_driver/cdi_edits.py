@@ -9,11 +9,12 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from cdi.spec import ContainerEdits, Device, DeviceNode, Spec
+from cdi.spec import CdiDevice, ContainerEdits, DeviceNode, Spec
+from dra_driver.errors import PrepareError
 from dra_driver.inventory import Gpu, Vendor
 from dra_driver.opaque_config import GpuConfig, SharingStrategy
+from dra_driver.published import DeviceKind, PublishedDevice
 from kube.units import MIB
 
 CDI_VENDOR = "k8s.gpu.nativedra.dev"
@@ -25,28 +26,19 @@ NVIDIA_OPTIONAL = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")  # created lazily
 AMD_COMMON = ("/dev/kfd",)
 
 
-class PrepareError(RuntimeError):
-    """Preparing a claim failed; `reason` labels the metric, the message is for the user."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
 @dataclass(frozen=True)
 class ClaimDevice:
     """One allocation result of the claim, with what this node knows about the device."""
 
     request: str
-    device: dict[str, Any]  # the published device (name, attributes, capacity)
-    gpu: Gpu
+    device: PublishedDevice
     config: GpuConfig
     share_id: str | None = None
     consumed: dict[str, int] | None = None  # consumable capacity in bytes / percent
 
     @property
-    def kind(self) -> str:
-        return str(self.device["attributes"]["type"]["string"])
+    def gpu(self) -> Gpu:
+        return self.device.gpu
 
 
 class HostDevices:
@@ -72,16 +64,23 @@ class HostDevices:
         return DeviceNode(path=path, type=kind, major=os.major(info.st_rdev), minor=os.minor(info.st_rdev))
 
 
-def _limits(claim_device: ClaimDevice) -> tuple[int | None, int | None]:
-    """(compute percent, memory MiB) the container may use, or None for the whole GPU."""
-    attributes = claim_device.device["attributes"]
+@dataclass(frozen=True)
+class Limits:
+    """What the container may use of its GPU (MPS env); None: no limit, the whole GPU."""
+
+    compute_percent: int | None = None
+    memory_mib: int | None = None
+
+
+def limits(claim_device: ClaimDevice) -> Limits:
+    """A fraction's or share's part of the GPU, narrowed further by an MPS opaque config."""
+    device = claim_device.device
     percent: int | None = None
     memory_mib: int | None = None
-    if claim_device.kind == "fraction":
-        numerator, denominator = (int(x) for x in attributes["fraction"]["string"].split("/"))
-        percent = 100 * numerator // denominator
-        memory_mib = claim_device.gpu.memory_bytes * numerator // denominator // MIB
-    elif claim_device.kind == "share" and claim_device.consumed:
+    if device.fraction is not None:
+        percent = device.fraction.of(100)
+        memory_mib = device.fraction.of(claim_device.gpu.memory_bytes) // MIB
+    elif device.kind is DeviceKind.SHARE and claim_device.consumed:
         percent = claim_device.consumed.get("compute")
         memory = claim_device.consumed.get("memory")
         memory_mib = memory // MIB if memory else None
@@ -91,27 +90,27 @@ def _limits(claim_device: ClaimDevice) -> tuple[int | None, int | None]:
             percent = min(percent or 100, mps.active_thread_percentage)
         if mps.pinned_memory_limit_mib is not None:
             memory_mib = min(memory_mib or mps.pinned_memory_limit_mib, mps.pinned_memory_limit_mib)
-    return percent, memory_mib
+    return Limits(percent, memory_mib)
 
 
 def _env(claim_device: ClaimDevice) -> tuple[str, ...]:
     gpu = claim_device.gpu
-    env = [f"NATIVEDRA_GPU_UUIDS={gpu.uuid}", f"NATIVEDRA_DEVICE_TYPE={claim_device.kind}"]
+    device = claim_device.device
+    env = [f"NATIVEDRA_GPU_UUIDS={gpu.uuid}", f"NATIVEDRA_DEVICE_TYPE={device.kind.value}"]
     if gpu.vendor is Vendor.NVIDIA:
         env.append("CUDA_DEVICE_ORDER=PCI_BUS_ID")
-    if claim_device.kind == "mig":
-        attributes = claim_device.device["attributes"]
-        env.append(f"NATIVEDRA_MIG_PROFILE={attributes['profile']['string']}")
-        env.append(f"NATIVEDRA_MIG_PLACEMENT={attributes['placementStart']['int']}")
-    percent, memory_mib = _limits(claim_device)
-    if percent is not None:
-        env.append(f"NATIVEDRA_COMPUTE_PERCENT={percent}")
+    if device.kind is DeviceKind.MIG:
+        env.append(f"NATIVEDRA_MIG_PROFILE={device.mig_profile}")
+        env.append(f"NATIVEDRA_MIG_PLACEMENT={device.mig_start}")
+    allowed = limits(claim_device)
+    if allowed.compute_percent is not None:
+        env.append(f"NATIVEDRA_COMPUTE_PERCENT={allowed.compute_percent}")
         if gpu.vendor is Vendor.NVIDIA:
-            env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={percent}")
-    if memory_mib is not None:
-        env.append(f"NATIVEDRA_MEMORY_LIMIT_MIB={memory_mib}")
+            env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={allowed.compute_percent}")
+    if allowed.memory_mib is not None:
+        env.append(f"NATIVEDRA_MEMORY_LIMIT_MIB={allowed.memory_mib}")
         if gpu.vendor is Vendor.NVIDIA:
-            env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={memory_mib}M")
+            env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={allowed.memory_mib}M")
     if claim_device.config.sharing.strategy is not SharingStrategy.EXCLUSIVE:
         env.append(f"NATIVEDRA_SHARING_STRATEGY={claim_device.config.sharing.strategy.value}")
     return tuple(env)
@@ -141,8 +140,8 @@ def cdi_device_name(claim_uid: str, device_name: str) -> str:
 def claim_spec(claim_uid: str, devices: list[ClaimDevice], host: HostDevices) -> Spec:
     """One spec per claim; each allocated device is a CDI device `<claimUID>-<device>`."""
     cdi_devices = tuple(
-        Device(
-            name=cdi_device_name(claim_uid, d.device["name"]),
+        CdiDevice(
+            name=cdi_device_name(claim_uid, d.device.name),
             container_edits=ContainerEdits(env=_env(d), device_nodes=_gpu_nodes(d.gpu, host)),
         )
         for d in devices

@@ -82,11 +82,10 @@ def inventory_rows(inventory: Inventory, config: PublishConfig) -> list[dict[str
     devices, _ = devices_and_counters(inventory, config)
     rows = []
     for gpu in inventory.gpus:
-        mine = [d for d in devices if d["attributes"]["index"]["int"] == gpu.index]
         kinds: dict[str, int] = {}
-        for device in mine:
-            kind = device["attributes"]["type"]["string"]
-            kinds[kind] = kinds.get(kind, 0) + 1
+        for device in devices:
+            if device.gpu_index == gpu.index:
+                kinds[device.kind.value] = kinds.get(device.kind.value, 0) + 1
         rows.append(
             {
                 "index": gpu.index,

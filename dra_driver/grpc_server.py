@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from dra_driver import DRIVER_NAME
-from dra_driver.cdi_edits import PrepareError
+from dra_driver.errors import PrepareError
 from dra_driver.prepare import ClaimPreparer, ClaimRef, PreparedDevice
 from dra_driver.proto.gen.dra.v1 import api_pb2 as dra_v1
 from dra_driver.proto.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc

@@ -24,7 +24,8 @@ from dra_driver.kubelet_paths import (
     dra_socket,
     registration_socket,
 )
-from dra_driver.prepare import ClaimPreparer, spec_store
+from dra_driver.node_devices import NodeDevices
+from dra_driver.prepare import ClaimPreparer, api_claim_reader, spec_store
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slice_controller import SliceController
@@ -72,24 +73,23 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     if settings.metrics_port:
         start_http_server(settings.metrics_port, settings.metrics_address)
     api = api_client(settings.kubeconfig)
-    controller = SliceController(
-        settings.backend, SlicePublisher(api, settings.node_name), settings.publish, resync_s=settings.resync_s
-    )
-    controller.discover()
+    devices = NodeDevices(settings.backend, settings.publish)
+    devices.discover()
+    controller = SliceController(devices, SlicePublisher(api, settings.node_name), resync_s=settings.resync_s)
     checkpoint = Checkpoint(settings.data_dir / "checkpoint.json", boot_id())
     preparer = ClaimPreparer(
-        api,
+        api_claim_reader(api),
         settings.node_name,
-        controller.published_devices,
+        devices.published,
         checkpoint=checkpoint,
         specs=spec_store(settings.cdi_dir),
         dev_root=settings.dev_root,
-        mig_supported=settings.backend.name == "simulated",  # on-demand MIG creation: simulated only for now
+        mig_supported=settings.backend.can_prepare_mig,
     )
     preparer.reconcile()
     servers = KubeletServers(
         preparer,
-        HealthServicer(settings.node_name, controller.device_health, controller.inventory_changed),
+        HealthServicer(settings.node_name, devices.health, devices.changed),
         registration_socket(settings.registry_dir, settings.pod_uid),
         dra_socket(settings.plugin_dir, settings.pod_uid),
     )
@@ -97,7 +97,7 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     publishing = _thread("slices", controller.run, stop)
     # Watchers block in long reads; they are daemons and end with the process.
     _thread("slice-watch", controller.watch_slices, stop)
-    _thread("discovery-watch", controller.watch_backend, stop)
+    _thread("discovery-watch", lambda until: settings.backend.watch(until, controller.trigger), stop)
     log.info("node plugin for %s running (backend %s)", settings.node_name, settings.backend.name)
     stop.wait()
     servers.stop()

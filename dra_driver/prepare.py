@@ -14,22 +14,22 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 
-from cdi.spec import to_document
-from cdi.store import SpecStore
+from cdi.spec import Spec
+from cdi.store import SpecStore, spec_text
 from dra_driver import DRIVER_NAME, metrics
-from dra_driver.cdi_edits import CDI_CLASS, CDI_VENDOR, ClaimDevice, HostDevices, PrepareError, claim_spec
+from dra_driver.cdi_edits import CDI_CLASS, CDI_VENDOR, ClaimDevice, HostDevices, claim_spec
 from dra_driver.checkpoint import Checkpoint, ClaimRecord, ClaimState
-from dra_driver.inventory import Gpu
+from dra_driver.errors import PrepareError
 from dra_driver.kubelet_paths import CDI_SEARCH_DIRS
 from dra_driver.opaque_config import ConfigError, config_for_request
+from dra_driver.published import DeviceKind, PublishedDevice
 from dra_driver.vendor_cdi import vendor_device_id
 from kube.resources import RESOURCE_CLAIMS
 from kube.units import quantity
@@ -37,7 +37,7 @@ from kube.units import quantity
 log = logging.getLogger(__name__)
 CRASH_POINT_ENV = "NATIVEDRA_TEST_CRASH_POINT"  # crash-safety tests only: SIGKILL ourselves at a step
 
-PublishedDevices = Callable[[], dict[str, tuple[dict[str, Any], Gpu]]]
+PublishedDevices = Callable[[], Mapping[str, PublishedDevice]]
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,11 @@ class PreparedDevice:
     share_id: str | None = None
 
 
+ClaimReader = Callable[[ClaimRef], dict[str, Any]]  # raises PrepareError when it cannot
+
+
 def _crash_point(step: str) -> None:
+    """Crash-safety tests stop the plugin exactly between two steps of the prepare protocol."""
     if os.environ.get(CRASH_POINT_ENV) == step:
         log.warning("crash point %s reached: killing the plugin (test hook)", step)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -70,6 +74,20 @@ def _consumed(result: dict[str, Any]) -> dict[str, int] | None:
     if not consumed:
         return None
     return {name: int(quantity(value)) for name, value in consumed.items()}
+
+
+def api_claim_reader(api: client.ApiClient) -> ClaimReader:
+    """Reads claims from the API server; a missing claim or a failed read names the claim."""
+
+    def read(ref: ClaimRef) -> dict[str, Any]:
+        try:
+            return RESOURCE_CLAIMS.get(api, ref.name, ref.namespace)
+        except client.ApiException as error:
+            if error.status == 404:
+                raise PrepareError("not_found", f"claim {ref}: not found in the API") from error
+            raise PrepareError("api_error", f"claim {ref}: reading it failed: {error.status} {error.reason}") from error
+
+    return read
 
 
 def our_results(claim: dict[str, Any], ref: ClaimRef, node_name: str) -> list[dict[str, Any]]:
@@ -96,9 +114,12 @@ def our_results(claim: dict[str, Any], ref: ClaimRef, node_name: str) -> list[di
 
 
 class ClaimPreparer:
+    """Prepares and unprepares claims on this node. The claim reader and the published devices
+    are plain functions, so the whole protocol runs against plain data in tests."""
+
     def __init__(
         self,
-        api: client.ApiClient,
+        read_claim: ClaimReader,
         node_name: str,
         published: PublishedDevices,
         *,
@@ -108,7 +129,7 @@ class ClaimPreparer:
         cdi_roots: tuple[Path, ...] = CDI_SEARCH_DIRS,
         mig_supported: bool = True,
     ) -> None:
-        self.api = api
+        self.read_claim = read_claim
         self.node_name = node_name
         self.published = published
         self.checkpoint = checkpoint
@@ -126,6 +147,7 @@ class ClaimPreparer:
     # -- prepare ------------------------------------------------------------------------------
 
     def prepare(self, ref: ClaimRef) -> list[PreparedDevice]:
+        """One claim at a time per UID; every outcome is counted and timed."""
         started = time.perf_counter()
         try:
             with self._lock(ref.uid):
@@ -139,31 +161,79 @@ class ClaimPreparer:
 
     def _prepare(self, ref: ClaimRef) -> list[PreparedDevice]:
         self.specs.path_for(ref.uid)  # rejects a UID that is not a Kubernetes UID before any I/O
-        record = self.checkpoint.read().get(ref.uid)
-        if record and record.state is ClaimState.PREPARE_COMPLETED:
-            self._restore_spec(record)  # idempotent: same answer; the spec is back if it was lost
-            return [PreparedDevice(**d) for d in record.devices]
-        claim = self._get(ref)
-        claim_devices = self._claim_devices(claim, ref)
+        previous = self._previous_answer(ref)
+        if previous is not None:
+            return previous
+        claim_devices = self._claim_devices(self.read_claim(ref), ref)
         spec = claim_spec(ref.uid, claim_devices, self.host)
-        spec_text = yaml.safe_dump(to_document(spec), sort_keys=False)
-        answer = [
-            PreparedDevice(
-                request_names=[d.request.split("/", 1)[0]],
-                pool_name=self.node_name,
-                device_name=d.device["name"],
-                cdi_device_ids=[spec.qualified_name(device.name)]
-                + ([vendor] if (vendor := vendor_device_id(d.gpu, self.cdi_roots)) else []),
-                share_id=d.share_id,
+        answer = self._answer(claim_devices, spec)
+        self._commit(ref, answer, spec_text(spec))
+        return answer
+
+    def _previous_answer(self, ref: ClaimRef) -> list[PreparedDevice] | None:
+        """The kubelet retries: a completed claim gets the same answer (and its spec back if it
+        was lost) without reading the claim again."""
+        record = self.checkpoint.read().get(ref.uid)
+        if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
+            return None
+        self._restore_spec(record)
+        return [PreparedDevice(**device) for device in record.devices]
+
+    def _claim_devices(self, claim: dict[str, Any], ref: ClaimRef) -> list[ClaimDevice]:
+        results = our_results(claim, ref, self.node_name)  # validates UID and allocation first
+        allocation_config = claim["status"]["allocation"]["devices"].get("config", [])
+        published = self.published()
+        return [self._claim_device(result, published, allocation_config, ref) for result in results]
+
+    def _claim_device(
+        self,
+        result: dict[str, Any],
+        published: Mapping[str, PublishedDevice],
+        allocation_config: list[dict[str, Any]],
+        ref: ClaimRef,
+    ) -> ClaimDevice:
+        """One allocation result checked against what this node publishes, with its config."""
+        device = published.get(result["device"])
+        if device is None:
+            raise PrepareError(
+                "unknown_device", f"claim {ref}: device {result['device']} is not published by node {self.node_name}"
             )
-            for d, device in zip(claim_devices, spec.devices, strict=True)
+        if device.kind is DeviceKind.MIG and not self.mig_supported:
+            raise PrepareError(
+                "unsupported",
+                f"claim {ref}: device {result['device']} is a MIG placement; creating MIG instances on demand is "
+                "not supported by this backend",
+            )
+        try:
+            config = config_for_request(allocation_config, result["request"], f"{ref.namespace}/{ref.name}")
+        except ConfigError as error:
+            raise PrepareError("bad_config", str(error)) from error
+        return ClaimDevice(result["request"], device, config, result.get("shareID"), _consumed(result))
+
+    def _answer(self, claim_devices: list[ClaimDevice], spec: Spec) -> list[PreparedDevice]:
+        """Per device: our CDI device, plus the vendor's own CDI device when the host has one
+        (it carries the driver libraries and hooks)."""
+        return [
+            PreparedDevice(
+                request_names=[claim_device.request.split("/", 1)[0]],
+                pool_name=self.node_name,
+                device_name=claim_device.device.name,
+                cdi_device_ids=[spec.qualified_name(cdi_device.name)]
+                + ([vendor] if (vendor := vendor_device_id(claim_device.gpu, self.cdi_roots)) else []),
+                share_id=claim_device.share_id,
+            )
+            for claim_device, cdi_device in zip(claim_devices, spec.devices, strict=True)
         ]
+
+    def _commit(self, ref: ClaimRef, answer: list[PreparedDevice], text: str) -> None:
+        """Record PrepareStarted, write the spec, record PrepareCompleted: a crash between any
+        two steps leaves a state that `reconcile` repairs at start."""
         started = ClaimRecord(
-            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, [a.__dict__ for a in answer], spec_text
+            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, [a.__dict__ for a in answer], text
         )
         self.checkpoint.update(lambda records: records.__setitem__(ref.uid, started))
         _crash_point("after-prepare-started")
-        self.specs.write_text(ref.uid, spec_text)
+        self.specs.write_text(ref.uid, text)
         _crash_point("after-spec-written")
 
         def complete(records: dict[str, ClaimRecord]) -> int:
@@ -172,44 +242,6 @@ class ClaimPreparer:
 
         metrics.PREPARED_CLAIMS.set(self.checkpoint.update(complete))
         _crash_point("after-prepare-completed")
-        return answer
-
-    def _get(self, ref: ClaimRef) -> dict[str, Any]:
-        try:
-            claim = RESOURCE_CLAIMS.get(self.api, ref.name, ref.namespace)
-        except client.ApiException as error:
-            if error.status == 404:
-                raise PrepareError("not_found", f"claim {ref}: not found in the API") from error
-            raise PrepareError("api_error", f"claim {ref}: reading it failed: {error.status} {error.reason}") from error
-        return claim
-
-    def _claim_devices(self, claim: dict[str, Any], ref: ClaimRef) -> list[ClaimDevice]:
-        results = our_results(claim, ref, self.node_name)  # validates UID and allocation first
-        allocation_config = claim["status"]["allocation"]["devices"].get("config", [])
-        published = self.published()
-        devices = []
-        for result in results:
-            known = published.get(result["device"])
-            if known is None:
-                raise PrepareError(
-                    "unknown_device",
-                    f"claim {ref}: device {result['device']} is not published by node {self.node_name}",
-                )
-            device, gpu = known
-            if device["attributes"]["type"]["string"] == "mig" and not self.mig_supported:
-                raise PrepareError(
-                    "unsupported",
-                    f"claim {ref}: device {result['device']} is a MIG placement; creating MIG instances on demand is "
-                    "not supported by this backend",
-                )
-            try:
-                config = config_for_request(allocation_config, result["request"], f"{ref.namespace}/{ref.name}")
-            except ConfigError as error:
-                raise PrepareError("bad_config", str(error)) from error
-            devices.append(
-                ClaimDevice(result["request"], device, gpu, config, result.get("shareID"), _consumed(result))
-            )
-        return devices
 
     # -- unprepare -----------------------------------------------------------------------------
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from dra_driver import DRIVER_NAME, metrics
 from kube.resources import RESOURCE_SLICES
@@ -75,6 +76,13 @@ class SlicePublisher:
 
     def list_ours(self) -> list[dict[str, Any]]:
         return list(RESOURCE_SLICES.list(self.api, field_selector=self.field_selector)["items"])
+
+    def watch_ours(self, watcher: watch.Watch, timeout_s: int) -> Iterator[dict[str, Any]]:
+        """Events on the slices `list_ours` returns, until the server ends the watch."""
+        stream: Iterator[dict[str, Any]] = watcher.stream(
+            RESOURCE_SLICES.lister(self.api), field_selector=self.field_selector, timeout_seconds=timeout_s
+        )
+        return stream
 
     def _owner(self) -> list[dict[str, Any]]:
         if self._node_uid is None:

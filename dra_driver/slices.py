@@ -4,16 +4,21 @@ Whole GPUs and their partitions (MIG placements, fixed fractions) consume counte
 counter set per GPU, so the real scheduler never hands out a GPU and a part of it at once.
 Counter sets live in slices of their own; devices are split so each slice respects the API
 limits, and every slice carries the pool's total `resourceSliceCount`.
+
+Each device is built once as a `PublishedDevice` (typed fields for the node, API form for
+publishing); `pack_slices` is the edge that turns them into slice specs.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from dra_driver import DRIVER_NAME
 from dra_driver.inventory import Gpu, Health, Inventory, MigProfile
 from dra_driver.publish_config import PublishConfig
+from dra_driver.published import DeviceKind, Fraction, PublishedDevice, memory_slice_counter
 from kube.units import MIB
 
 MAX_DEVICES_PER_SLICE = 128
@@ -24,7 +29,6 @@ COMPUTE_UNITS = 1000  # the `compute` counter: thousandths of a GPU
 UNHEALTHY_TAINT_KEY = f"{DRIVER_NAME}/unhealthy"
 
 Spec = dict[str, Any]
-Device = dict[str, Any]
 
 _DNS_LABEL_INVALID = re.compile(r"[^a-z0-9-]+")
 
@@ -75,10 +79,19 @@ def _common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, Any]:
     return attributes
 
 
-def _with_health(device: Device, gpu: Gpu) -> Device:
+def _published(
+    api: Spec,
+    kind: DeviceKind,
+    gpu: Gpu,
+    *,
+    fraction: Fraction | None = None,
+    mig_profile: str | None = None,
+    mig_start: int | None = None,
+) -> PublishedDevice:
+    """The device with its API form; an unhealthy GPU taints every device made from it."""
     if gpu.health is Health.UNHEALTHY:
-        device["taints"] = [{"key": UNHEALTHY_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
-    return device
+        api["taints"] = [{"key": UNHEALTHY_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    return PublishedDevice(api["name"], kind, gpu, api, fraction, mig_profile, mig_start)
 
 
 def _memory_and_multiprocessors(gpu: Gpu, denominator: int) -> dict[str, Any]:
@@ -92,11 +105,11 @@ def _whole_counters(gpu: Gpu) -> dict[str, Any]:
     return {"memory": {"value": str(gpu.memory_bytes)}, "compute": {"value": str(COMPUTE_UNITS)}}
 
 
-def _whole_gpu(gpu: Gpu, inventory: Inventory, with_counters: bool) -> Device:
-    device: Device = {
+def _whole_gpu(gpu: Gpu, inventory: Inventory, with_counters: bool) -> PublishedDevice:
+    device: Spec = {
         "name": whole_device_name(gpu),
         "attributes": {
-            "type": {"string": "gpu"},
+            "type": {"string": DeviceKind.GPU.value},
             "uuid": {"string": gpu.uuid},
             "migCapable": {"bool": gpu.mig_capable},
             **_common_attributes(gpu, inventory),
@@ -105,20 +118,21 @@ def _whole_gpu(gpu: Gpu, inventory: Inventory, with_counters: bool) -> Device:
     }
     if with_counters:
         device["consumesCounters"] = [{"counterSet": counter_set_name(gpu), "counters": _whole_counters(gpu)}]
-    return _with_health(device, gpu)
+    return _published(device, DeviceKind.GPU, gpu)
 
 
-def _fractions(gpu: Gpu, inventory: Inventory, denominators: tuple[int, ...]) -> list[Device]:
+def _fractions(gpu: Gpu, inventory: Inventory, denominators: tuple[int, ...]) -> list[PublishedDevice]:
     devices = []
     for denominator in denominators:
-        memory = gpu.memory_bytes // denominator
+        fraction = Fraction(1, denominator)
+        memory = fraction.of(gpu.memory_bytes)
         for placement in range(denominator):
-            device: Device = {
+            device: Spec = {
                 "name": dns_label(f"gpu-{gpu.index}-{fraction_profile(denominator)}-{placement}"),
                 "attributes": {
-                    "type": {"string": "fraction"},
+                    "type": {"string": DeviceKind.FRACTION.value},
                     "parentUUID": {"string": gpu.uuid},
-                    "fraction": {"string": f"1/{denominator}"},
+                    "fraction": {"string": str(fraction)},
                     "profile": {"string": fraction_profile(denominator)},
                     **_common_attributes(gpu, inventory),
                 },
@@ -133,7 +147,7 @@ def _fractions(gpu: Gpu, inventory: Inventory, denominators: tuple[int, ...]) ->
                     }
                 ],
             }
-            devices.append(_with_health(device, gpu))
+            devices.append(_published(device, DeviceKind.FRACTION, gpu, fraction=fraction))
     return devices
 
 
@@ -141,15 +155,15 @@ def mig_device_name(gpu: Gpu, profile: MigProfile, start: int) -> str:
     return dns_label(f"gpu-{gpu.index}-{profile.name}-{start}")
 
 
-def _mig_placements(gpu: Gpu, inventory: Inventory) -> list[Device]:
+def _mig_placements(gpu: Gpu, inventory: Inventory) -> list[PublishedDevice]:
     devices = []
     for profile in gpu.mig_profiles:
         for placement in profile.placements:
             slices = range(placement.start, placement.start + placement.size)
-            device: Device = {
+            device: Spec = {
                 "name": mig_device_name(gpu, profile, placement.start),
                 "attributes": {
-                    "type": {"string": "mig"},
+                    "type": {"string": DeviceKind.MIG.value},
                     "parentUUID": {"string": gpu.uuid},
                     "profile": {"string": profile.name},
                     "placementStart": {"int": placement.start},
@@ -167,20 +181,20 @@ def _mig_placements(gpu: Gpu, inventory: Inventory) -> list[Device]:
                 "consumesCounters": [
                     {
                         "counterSet": counter_set_name(gpu),
-                        "counters": {f"memory-slice-{i}": {"value": "1"} for i in slices},
+                        "counters": {memory_slice_counter(i): {"value": "1"} for i in slices},
                     }
                 ],
             }
-            devices.append(_with_health(device, gpu))
+            devices.append(_published(device, DeviceKind.MIG, gpu, mig_profile=profile.name, mig_start=placement.start))
     return devices
 
 
-def _share(gpu: Gpu, inventory: Inventory, config: PublishConfig) -> Device:
-    device: Device = {
+def _share(gpu: Gpu, inventory: Inventory, config: PublishConfig) -> PublishedDevice:
+    device: Spec = {
         "name": f"gpu-{gpu.index}-share",
         "allowMultipleAllocations": True,
         "attributes": {
-            "type": {"string": "share"},
+            "type": {"string": DeviceKind.SHARE.value},
             "uuid": {"string": gpu.uuid},
             **_common_attributes(gpu, inventory),
         },
@@ -201,12 +215,12 @@ def _share(gpu: Gpu, inventory: Inventory, config: PublishConfig) -> Device:
             },
         },
     }
-    return _with_health(device, gpu)
+    return _published(device, DeviceKind.SHARE, gpu)
 
 
-def devices_and_counters(inventory: Inventory, config: PublishConfig) -> tuple[list[Device], list[Spec]]:
-    """Every device this node publishes, and the counter sets they consume."""
-    devices: list[Device] = []
+def devices_and_counters(inventory: Inventory, config: PublishConfig) -> tuple[list[PublishedDevice], list[Spec]]:
+    """Every device this node publishes, and the counter sets (API form) they consume."""
+    devices: list[PublishedDevice] = []
     counter_sets: list[Spec] = []
     for gpu in sorted(inventory.gpus, key=lambda g: g.index):
         if gpu.mig_enabled:
@@ -215,7 +229,7 @@ def devices_and_counters(inventory: Inventory, config: PublishConfig) -> tuple[l
             counter_sets.append(
                 {
                     "name": counter_set_name(gpu),
-                    "counters": {f"memory-slice-{i}": {"value": "1"} for i in range(gpu.mig_memory_slices)},
+                    "counters": {memory_slice_counter(i): {"value": "1"} for i in range(gpu.mig_memory_slices)},
                 }
             )
             devices.extend(_mig_placements(gpu, inventory))
@@ -230,7 +244,7 @@ def devices_and_counters(inventory: Inventory, config: PublishConfig) -> tuple[l
     return devices, counter_sets
 
 
-def _is_advanced(device: Device) -> bool:
+def _is_advanced(device: Spec) -> bool:
     return bool(device.get("taints") or device.get("consumesCounters"))
 
 
@@ -240,7 +254,12 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
 
 def build_slices(inventory: Inventory, config: PublishConfig, node_name: str) -> list[Spec]:
     """The pool's slice specs, in publishing order. Generation is left to the publisher."""
-    devices, counter_sets = devices_and_counters(inventory, config)
+    return pack_slices(*devices_and_counters(inventory, config), node_name)
+
+
+def pack_slices(published: Iterable[PublishedDevice], counter_sets: list[Spec], node_name: str) -> list[Spec]:
+    """Devices and counter sets -> slice specs that each respect the API limits."""
+    devices = [device.api for device in published]
     for device in devices:
         fields = len(device["attributes"]) + len(device.get("capacity", {}))
         if fields > MAX_ATTRIBUTES_AND_CAPACITIES:

@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdi.spec import ContainerEdits, Device, DeviceNode, Mount, Spec, SpecError, minimum_version, to_document
+from cdi.spec import CdiDevice, ContainerEdits, DeviceNode, Mount, Spec, SpecError, minimum_version, to_document
 from cdi.store import SpecStore
 
 NODE = DeviceNode(path="/dev/nvidia0", type="c", major=195, minor=0)
 
 
-def spec(*devices: Device, kind: str = "k8s.gpu.nativedra.dev/claim", **extra: object) -> Spec:
+def spec(*devices: CdiDevice, kind: str = "k8s.gpu.nativedra.dev/claim", **extra: object) -> Spec:
     return Spec(kind=kind, devices=devices, **extra)  # type: ignore[arg-type]
 
 
-def device(name: str = "claim-gpu-0", edits: ContainerEdits | None = None, **extra: object) -> Device:
-    return Device(name=name, container_edits=edits or ContainerEdits(device_nodes=(NODE,)), **extra)  # type: ignore[arg-type]
+def device(name: str = "claim-gpu-0", edits: ContainerEdits | None = None, **extra: object) -> CdiDevice:
+    return CdiDevice(name=name, container_edits=edits or ContainerEdits(device_nodes=(NODE,)), **extra)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

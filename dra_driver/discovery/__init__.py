@@ -17,6 +17,10 @@ class Backend(Protocol):
     """A source of inventory that can also say when the inventory may have changed."""
 
     name: str
+    # Whether prepare may hand out a MIG placement. No backend creates MIG instances yet: the
+    # simulated one has no hardware to change (the container gets the parent GPU and the
+    # placement in env); on real GPUs an uncreated instance would be a lie, so prepare refuses.
+    can_prepare_mig: bool
 
     def discover(self) -> Inventory:
         """The node's accelerators as they are now."""

@@ -175,6 +175,7 @@ class NvmlBackend:
     """NVML discovery; critical XID and double-bit ECC events mark a GPU unhealthy."""
 
     name = "nvml"
+    can_prepare_mig = False  # MIG instances are not created on demand on real GPUs yet
 
     def __init__(self, sys_root: Path = Path("/sys"), nvml: Any = None) -> None:
         self.nvml = nvml if nvml is not None else load_nvml()

@@ -124,6 +124,7 @@ class SimulatedBackend:
     discovery; a change of either file triggers re-publishing."""
 
     name = "simulated"
+    can_prepare_mig = True  # no hardware: a placement is described to the container, not created
 
     def __init__(self, profile: str, fault_file: Path | None = None, poll_interval_s: float = 1.0) -> None:
         self.path = resolve_profile(profile)

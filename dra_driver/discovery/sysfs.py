@@ -117,6 +117,7 @@ def read_inventory(sys_root: Path) -> Inventory:
 
 class SysfsBackend:
     name = "sysfs"
+    can_prepare_mig = False  # sysfs knows no MIG
 
     def __init__(self, sys_root: Path = Path("/sys")) -> None:
         self.sys_root = sys_root

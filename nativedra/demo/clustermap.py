@@ -10,18 +10,18 @@ from typing import Any
 from kubernetes import client
 
 from dra_driver import DRIVER_NAME
+from dra_driver.published import DeviceKind, DeviceView, memory_slices_of
 from extender.gang import gang_of
 from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
 from kube.units import quantity
 
 BAR = 16
-MIG_MEMORY_SLICES = 8
 
 
 @dataclass
 class Holding:
     device: str
-    kind: str
+    kind: DeviceKind
     share: float  # part of the GPU, 0..1
     label: str
     pods: list[str]
@@ -54,26 +54,22 @@ class ClusterMap:
     gangs: dict[str, str] = field(default_factory=dict)  # namespace/pod -> gang
 
 
-def _holding(device: dict[str, Any], result: dict[str, Any], pods: list[str]) -> Holding:
-    attributes = device["attributes"]
-    kind = attributes["type"]["string"]
-    if kind == "fraction":
-        numerator, denominator = attributes["fraction"]["string"].split("/")
-        return Holding(device["name"], kind, int(numerator) / int(denominator), attributes["fraction"]["string"], pods)
-    if kind == "mig":
-        counters = device["consumesCounters"][0]["counters"]
-        return Holding(device["name"], kind, len(counters) / MIG_MEMORY_SLICES, attributes["profile"]["string"], pods)
-    if kind == "share":
-        total = quantity(device["capacity"]["memory"]["value"])
-        used = quantity(result.get("consumedCapacity", {}).get("memory", "0"))
+def _holding(device: DeviceView, result: dict[str, Any], pods: list[str], gpu_slices: int) -> Holding:
+    """How much of its GPU one allocated device takes; `gpu_slices`: the GPU's MIG memory slices."""
+    if device.fraction is not None:
+        share = device.fraction.numerator / device.fraction.denominator
+        return Holding(device.name, device.kind, share, str(device.fraction), pods)
+    if device.kind is DeviceKind.MIG:
+        # The counter set is published with the devices; unread (pool replaced meanwhile): whole GPU.
+        share = device.memory_slices / gpu_slices if gpu_slices else 1.0
+        return Holding(device.name, device.kind, share, str(device.mig_profile), pods)
+    if device.kind is DeviceKind.SHARE and device.memory_bytes:
+        consumed = result.get("consumedCapacity", {})
+        used = quantity(consumed.get("memory", "0"))
         return Holding(
-            device["name"],
-            kind,
-            float(used / total),
-            f"share {result.get('consumedCapacity', {}).get('memory', '?')}",
-            pods,
+            device.name, device.kind, float(used / device.memory_bytes), f"share {consumed.get('memory', '?')}", pods
         )
-    return Holding(device["name"], kind, 1.0, "whole", pods)
+    return Holding(device.name, device.kind, 1.0, "whole", pods)
 
 
 def build_map(
@@ -81,20 +77,20 @@ def build_map(
 ) -> ClusterMap:
     """Pure: API objects (as dicts) -> map."""
     views = {n["metadata"]["name"]: NodeView(n["metadata"]["name"], n["metadata"].get("labels", {})) for n in nodes}
-    devices: dict[tuple[str, str], dict[str, Any]] = {}
+    devices: dict[tuple[str, str], DeviceView] = {}
+    memory_slices: dict[tuple[str, str], int] = {}  # (node, counter set) -> MIG memory slices it offers
     for resource_slice in slices:
         spec = resource_slice["spec"]
         node = spec.get("nodeName")
         if spec["driver"] != DRIVER_NAME or node not in views:
             continue
-        for device in spec.get("devices", []):
-            devices[(node, device["name"])] = device
-            attributes = device["attributes"]
-            index = attributes["index"]["int"]
-            if index not in views[node].gpus:
-                views[node].gpus[index] = GpuView(
-                    index, attributes["productName"]["string"], attributes.get("numaNode", {}).get("int")
-                )
+        for counter_set in spec.get("sharedCounters", []):
+            memory_slices[(node, counter_set["name"])] = memory_slices_of(counter_set["counters"])
+        for api_device in spec.get("devices", []):
+            device = DeviceView.from_api(api_device)
+            devices[(node, device.name)] = device
+            if device.gpu_index not in views[node].gpus:
+                views[node].gpus[device.gpu_index] = GpuView(device.gpu_index, device.product_name, device.numa_node)
     for claim in claims:
         allocation = claim.get("status", {}).get("allocation")
         if not allocation:
@@ -104,11 +100,11 @@ def build_map(
             f"{namespace}/{r['name']}" for r in claim["status"].get("reservedFor", []) if r.get("resource") == "pods"
         ]
         for result in allocation["devices"]["results"]:
-            device = devices.get((result["pool"], result["device"]))
-            if result["driver"] != DRIVER_NAME or device is None:
+            held = devices.get((result["pool"], result["device"]))
+            if result["driver"] != DRIVER_NAME or held is None:
                 continue
-            index = device["attributes"]["index"]["int"]
-            views[result["pool"]].gpus[index].holdings.append(_holding(device, result, holders))
+            gpu_slices = memory_slices.get((result["pool"], str(held.counter_set)), 0)
+            views[result["pool"]].gpus[held.gpu_index].holdings.append(_holding(held, result, holders, gpu_slices))
     pending, bound, gangs = [], {}, {}
     for pod in pods:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
@@ -160,7 +156,12 @@ def render_text(cluster: ClusterMap, topology_labels: tuple[str, ...] = ()) -> s
     return "\n".join(lines)
 
 
-_COLOURS = {"gpu": "#4c78a8", "fraction": "#f58518", "mig": "#54a24b", "share": "#b279a2"}
+_COLOURS = {
+    DeviceKind.GPU: "#4c78a8",
+    DeviceKind.FRACTION: "#f58518",
+    DeviceKind.MIG: "#54a24b",
+    DeviceKind.SHARE: "#b279a2",
+}
 GPU_W, GPU_H, NODE_GAP, ROW_H, LABEL_W = 150, 26, 20, 30, 150
 COLUMN = 40 + GPU_W + LABEL_W + NODE_GAP
 
