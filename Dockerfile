@@ -17,7 +17,8 @@ RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 FROM python:3.11-slim-bookworm
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
-# The extender's user; the plugin's DaemonSet overrides it with root.
+# The extender's user. The plugin needs root for host paths and devices: its DaemonSet sets
+# runAsUser: 0 (checked by tests/manifests/test_plugin_daemonset.py).
 USER 65532:65532
 ENTRYPOINT ["nativedra"]
 CMD ["--help"]
