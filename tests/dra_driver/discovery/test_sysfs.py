@@ -6,7 +6,7 @@ from pathlib import Path
 
 from dra_driver.discovery.sysfs import read_inventory
 from dra_driver.inventory import Vendor
-from tests.fakesys import FakePciDevice, build_sysfs
+from tests.dra_driver.discovery.fakesys import FakePciDevice, build_sysfs
 
 BAR_LINES = (
     "0x00000000fb000000 0x00000000fbffffff 0x0000000000040200\n"  # 16 MiB, not prefetchable

@@ -8,10 +8,9 @@ import pytest
 
 from dra_driver.discovery import DiscoveryError
 from dra_driver.discovery.nvml import NvmlBackend, cuda_version, load_nvml, read_inventory
-from dra_driver.discovery.pci import normalize_bus_id
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from tests.fake_nvml import FakeNvml
-from tests.fakesys import FakePciDevice, build_sysfs
+from tests.dra_driver.discovery.fake_nvml import FakeNvml
+from tests.dra_driver.discovery.fakesys import FakePciDevice, build_sysfs
 
 
 @pytest.mark.parametrize("profile", ["h100-8x", "a100-8x", "l4-4x"])
@@ -61,6 +60,5 @@ def test_missing_nvml_says_so_and_suggests_another_backend(monkeypatch: pytest.M
     assert "--backend sysfs" in str(error.value) and "--backend simulated" in str(error.value)
 
 
-def test_formats() -> None:
-    assert normalize_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
+def test_cuda_version_format() -> None:
     assert cuda_version(12040) == "12.4"
