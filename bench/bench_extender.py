@@ -20,83 +20,29 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from extender.config import ExtenderConfig
+from extender.config import RACK_LABEL, ExtenderConfig
 from extender.decide import Decider
-from extender.model import Usage, nodes_from
 from extender.view import ClusterView
 from nativedra.cluster import ControlPlane, commands, create_fake_node, wait_for
 from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.cluster.waits import http_ok
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
+from tests import builders
 
-GPU_CLASS = {
-    "metadata": {"name": "gpu.nativedra.dev"},
-    "spec": {
-        "selectors": [
-            {
-                "cel": {
-                    "expression": (
-                        "device.driver == 'gpu.nativedra.dev' && device.attributes['gpu.nativedra.dev'].type == 'gpu'"
-                    )
-                }
-            }
-        ]
-    },
-}
 THROUGHPUT_NODES = 20
 THROUGHPUT_PODS = 100
 
 
 def _view(count: int) -> ClusterView:
-    inventory = load_profile(resolve_profile("a100-8x"))
-    node_objects, slices = [], []
-    for index in range(count):
-        name = f"n{index:05d}"
-        node_objects.append({"metadata": {"name": name, "labels": {"nativedra.dev/rack": f"rack-{index // 16}"}}})
-        slices += [{"spec": spec} for spec in build_slices(inventory, PublishConfig(fractions=()), name)]
-    for spec in slices:
-        spec["spec"]["pool"]["generation"] = 1
-    nodes = nodes_from(node_objects, slices, "gpu.nativedra.dev")
-    template = {
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nativedra.dev", "count": 1}}]
-                }
-            }
-        }
-    }
-    gang_template = {
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nativedra.dev", "count": 8}}]
-                }
-            }
-        }
-    }
-    return ClusterView(
-        version=1,
-        nodes=nodes,
-        usage={name: Usage() for name in nodes},
-        pods={},
-        claims={},
-        templates={("b", "one"): template, ("b", "eight"): gang_template},
-        classes={"gpu.nativedra.dev": GPU_CLASS},
-    )
+    """`count` nodes of 8 GPUs, 16 to a rack, and the templates the measured pods use."""
+    nodes = builders.gpu_nodes({f"n{index:05d}": {RACK_LABEL: f"rack-{index // 16}"} for index in range(count)})
+    templates = [builders.claim_template(name, devices, namespace="b") for name, devices in (("one", 1), ("eight", 8))]
+    return builders.view(nodes, templates=templates)
 
 
 def _pod(name: str, template: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "b",
-            "labels": labels or {},
-            "creationTimestamp": "2026-11-29T00:00:00Z",
-        },
-        "spec": {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}], "containers": []},
-    }
+    return builders.pod(name, namespace="b", labels=labels, template=template, created=builders.CREATED)
 
 
 def latency(count: int) -> Iterator[str]:
@@ -104,15 +50,7 @@ def latency(count: int) -> Iterator[str]:
     decider = Decider(ExtenderConfig())
     names = sorted(view.nodes)
     single = _pod("single", "one")
-    member = _pod(
-        "member-0",
-        "eight",
-        {
-            "nativedra.dev/gang": "train",
-            "nativedra.dev/gang-size": "16",
-            "nativedra.dev/topology-required": "nativedra.dev/rack",
-        },
-    )
+    member = _pod("member-0", "eight", builders.gang_labels("train", 16, RACK_LABEL))
     body = json.dumps({"Pod": single, "NodeNames": names})
     baseline = measure(lambda: json.loads(json.dumps(json.loads(body))), 20)
     start = time.perf_counter()

@@ -1,0 +1,119 @@
+"""Synthetic cluster objects for the extender's unit tests and its benchmark.
+
+One builder for both, so a test and the benchmark describe a cluster the same way. Objects are
+the plain dicts the API would deliver; devices come from the plugin's own slice builder, so they
+carry exactly the attributes and counters the real driver publishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.publish_config import PublishConfig
+from dra_driver.slices import build_slices
+from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED
+from extender.model import Node, Usage, nodes_from
+from extender.view import ClusterView
+
+DRIVER = "gpu.nativedra.dev"
+GPU = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"
+FRACTION = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'fraction'"
+GPU_CLASS: dict[str, Any] = {"metadata": {"name": DRIVER}, "spec": {"selectors": [{"cel": {"expression": GPU}}]}}
+FRACTION_CLASS: dict[str, Any] = {
+    "metadata": {"name": f"fraction.{DRIVER}"},
+    "spec": {"selectors": [{"cel": {"expression": FRACTION}}]},
+}
+CREATED = "2026-11-29T00:00:00Z"
+
+
+def node_objects(
+    labels_by_node: dict[str, dict[str, str]], profile: str = "a100-8x", fractions: tuple[int, ...] = ()
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Node objects and their ResourceSlices (complete pools, generation 1), as the watches see them."""
+    inventory = load_profile(resolve_profile(profile))
+    nodes, slices = [], []
+    for name, labels in labels_by_node.items():
+        nodes.append({"metadata": {"name": name, "labels": labels}})
+        for index, spec in enumerate(build_slices(inventory, PublishConfig(fractions=fractions), name)):
+            spec["pool"]["generation"] = 1
+            slices.append({"metadata": {"name": f"{name}-slice-{index}"}, "spec": spec})
+    return nodes, slices
+
+
+def gpu_nodes(labels_by_node: dict[str, dict[str, str]], fractions: tuple[int, ...] = ()) -> dict[str, Node]:
+    """Node models of 8 A100s each (no fractions unless asked: whole-GPU planning stays readable)."""
+    return nodes_from(*node_objects(labels_by_node, fractions=fractions), DRIVER)
+
+
+def racks(counts: dict[str, int], label: str = "rack") -> dict[str, Node]:
+    """`counts` racks of GPU nodes named `<rack>-<index>`, labelled with their rack."""
+    return gpu_nodes({f"{rack}-{index}": {label: rack} for rack, count in counts.items() for index in range(count)})
+
+
+def claim_template(name: str, count: int, device_class: str = DRIVER, namespace: str = "ns") -> dict[str, Any]:
+    """A ResourceClaimTemplate with one request `gpus` of `count` devices of `device_class`."""
+    request = {"name": "gpus", "exactly": {"deviceClassName": device_class, "count": count}}
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    }
+
+
+def allocated_claim(name: str, node: str, devices: list[str], namespace: str = "ns") -> dict[str, Any]:
+    """A ResourceClaim the scheduler allocated on `node` (whole devices of our driver)."""
+    results = [{"request": "gpus", "driver": DRIVER, "pool": node, "device": device} for device in devices]
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }
+
+
+def gang_labels(name: str, size: int, required: str | None = None) -> dict[str, str]:
+    """Labels of a nativedra gang member, optionally asking for one domain of label `required`."""
+    labels = {GANG: name, GANG_SIZE: str(size)}
+    return labels | ({TOPOLOGY_REQUIRED: required} if required else {})
+
+
+def pod(
+    name: str = "p",
+    *,
+    namespace: str = "ns",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    template: str | None = None,
+    created: str | None = None,
+) -> dict[str, Any]:
+    """A pending pod; with `template`, it claims devices through that ResourceClaimTemplate."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels or {},
+        "annotations": annotations or {},
+    }
+    if created:
+        metadata["creationTimestamp"] = created
+    claims = [{"name": "gpus", "resourceClaimTemplateName": template}] if template else []
+    return {"metadata": metadata, "spec": {"resourceClaims": claims, "containers": []}}
+
+
+def view(
+    nodes: dict[str, Node],
+    *,
+    usage: dict[str, Usage] | None = None,
+    pods: Sequence[dict[str, Any]] = (),
+    templates: Sequence[dict[str, Any]] = (),
+    classes: Sequence[dict[str, Any]] = (GPU_CLASS,),
+) -> ClusterView:
+    """A cluster view as the watches would build it; nothing in use unless `usage` says so."""
+    return ClusterView(
+        version=1,
+        nodes=nodes,
+        usage=usage if usage is not None else {name: Usage() for name in nodes},
+        pods={(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods},
+        claims={},
+        templates={(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in templates},
+        classes={c["metadata"]["name"]: c for c in classes},
+    )

@@ -1,0 +1,1 @@
+"""Unit tests of the extender's pure core, one module per extender module."""
