@@ -1,0 +1,189 @@
+"""ClaimPreparer against plain data: claims are dicts handed over by a plain function, devices
+come from the real slice builder, files go to a temporary CDI directory and checkpoint."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdi.store import SpecStore
+from dra_driver import DRIVER_NAME
+from dra_driver.checkpoint import Checkpoint, ClaimRecord, ClaimState
+from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.errors import PrepareError
+from dra_driver.prepare import ClaimPreparer, ClaimRef, PreparedDevice, spec_store
+from dra_driver.publish_config import PublishConfig
+from dra_driver.slices import devices_and_counters
+
+NODE = "node-a"
+INVENTORY = load_profile(resolve_profile("h100-8x"))
+PUBLISHED = {device.name: device for device in devices_and_counters(INVENTORY, PublishConfig())[0]}
+
+
+def claim(
+    uid: str,
+    devices: Sequence[str] = ("gpu-0-1of2-0",),
+    *,
+    pool: str = NODE,
+    driver: str = DRIVER_NAME,
+    allocated: bool = True,
+) -> dict[str, Any]:
+    results = [{"request": "gpus", "driver": driver, "pool": pool, "device": device} for device in devices]
+    status = {"allocation": {"devices": {"results": results}}} if allocated else {}
+    return {"metadata": {"namespace": "ns", "name": "train", "uid": uid}, "status": status}
+
+
+class Node:
+    """One node's prepare state on disk; `preparer()` is a plugin (re)started on it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.claims: dict[str, dict[str, Any]] = {}  # by claim name: what the API would return
+        self.dev = root / "dev"
+        self.dev.mkdir()
+        for name in ["nvidiactl", *(f"nvidia{gpu.minor}" for gpu in INVENTORY.gpus)]:
+            (self.dev / name).symlink_to("/dev/null")  # a real character device, no root needed
+        self.checkpoint_path = root / "checkpoint.json"
+        self.specs: SpecStore = spec_store(root / "cdi")
+
+    def read_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        if ref.name not in self.claims:
+            raise PrepareError("not_found", f"claim {ref}: not found in the API")
+        return self.claims[ref.name]
+
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.checkpoint_path, "boot-1")
+
+    def preparer(self, mig_supported: bool = True) -> ClaimPreparer:
+        return ClaimPreparer(
+            self.read_claim,
+            NODE,
+            lambda: PUBLISHED,
+            checkpoint=self.checkpoint(),
+            specs=self.specs,
+            dev_root=self.dev,
+            cdi_roots=(self.root / "vendor-cdi",),
+            mig_supported=mig_supported,
+        )
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    return Node(tmp_path)
+
+
+def new_claim(node: Node, **kwargs: Any) -> ClaimRef:
+    uid = str(uuid.uuid4())
+    node.claims["train"] = claim(uid, **kwargs)
+    return ClaimRef("ns", uid, "train")
+
+
+def test_prepare_writes_the_spec_and_a_completed_record(node: Node) -> None:
+    ref = new_claim(node)
+    answer = node.preparer().prepare(ref)
+    assert answer == [
+        PreparedDevice(["gpus"], NODE, "gpu-0-1of2-0", [f"k8s.gpu.nativedra.dev/claim={ref.uid}-gpu-0-1of2-0"])
+    ]
+    spec = yaml.safe_load(node.specs.path_for(ref.uid).read_text())
+    [device] = spec["devices"]
+    assert device["name"] == f"{ref.uid}-gpu-0-1of2-0"
+    assert "NATIVEDRA_COMPUTE_PERCENT=50" in device["containerEdits"]["env"]
+    assert [n["path"] for n in device["containerEdits"]["deviceNodes"]] == ["/dev/nvidia0"]
+    record = node.checkpoint().read()[ref.uid]
+    assert record.state is ClaimState.PREPARE_COMPLETED
+    assert record.cdi_spec == node.specs.path_for(ref.uid).read_text()
+
+
+def test_prepare_again_gives_the_same_answer_without_reading_the_claim(node: Node) -> None:
+    ref = new_claim(node)
+    preparer = node.preparer()
+    first = preparer.prepare(ref)
+    text = node.specs.path_for(ref.uid).read_text()
+    del node.claims["train"]  # a second read would now fail
+    node.specs.remove(ref.uid)  # and a lost spec comes back
+    assert preparer.prepare(ref) == first
+    assert node.specs.path_for(ref.uid).read_text() == text
+    assert list(node.checkpoint().read()) == [ref.uid]
+
+
+def test_unprepare_removes_spec_and_record_and_may_repeat(node: Node) -> None:
+    ref = new_claim(node)
+    preparer = node.preparer()
+    preparer.prepare(ref)
+    preparer.unprepare(ref)
+    assert not node.specs.exists(ref.uid)
+    assert node.checkpoint().read() == {}
+    preparer.unprepare(ref)  # the kubelet retries; an unknown claim is already unprepared
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason", "field"),
+    [
+        ({"allocated": False}, "not_allocated", "status.allocation is empty"),
+        ({"pool": "node-b"}, "not_ours", "status.allocation.devices.results has no device"),
+        ({"driver": "gpu.nvidia.com"}, "not_ours", "status.allocation.devices.results has no device"),
+        ({"devices": ("gpu-9",)}, "unknown_device", "device gpu-9 is not published by node node-a"),
+    ],
+)
+def test_a_claim_we_cannot_prepare_is_named_with_the_field_and_nothing_is_written(
+    node: Node, kwargs: dict[str, Any], reason: str, field: str
+) -> None:
+    ref = new_claim(node, **kwargs)
+    with pytest.raises(PrepareError) as error:
+        node.preparer().prepare(ref)
+    assert error.value.reason == reason
+    assert f"claim ns/train ({ref.uid})" in str(error.value) and field in str(error.value)
+    assert not node.specs.exists(ref.uid) and node.checkpoint().read() == {}
+
+
+def test_a_re_created_claim_is_refused_with_both_uids(node: Node) -> None:
+    ref = new_claim(node)
+    stale = ClaimRef("ns", str(uuid.uuid4()), "train")
+    with pytest.raises(PrepareError) as error:
+        node.preparer().prepare(stale)
+    assert error.value.reason == "uid_mismatch"
+    message = str(error.value)
+    assert "claim ns/train" in message and f"metadata.uid is {ref.uid}" in message and stale.uid in message
+
+
+def test_a_mig_placement_is_refused_when_the_backend_cannot_prepare_mig(node: Node) -> None:
+    ref = new_claim(node, devices=("gpu-6-1g-10gb-3",))
+    with pytest.raises(PrepareError, match="gpu-6-1g-10gb-3 is a MIG placement") as error:
+        node.preparer(mig_supported=False).prepare(ref)
+    assert error.value.reason == "unsupported"
+    assert not node.specs.exists(ref.uid)
+
+
+def test_a_mig_placement_is_described_to_the_container_when_the_backend_can_prepare_mig(node: Node) -> None:
+    ref = new_claim(node, devices=("gpu-6-1g-10gb-3",))
+    node.preparer(mig_supported=True).prepare(ref)
+    [device] = yaml.safe_load(node.specs.path_for(ref.uid).read_text())["devices"]
+    assert {"NATIVEDRA_MIG_PROFILE=1g.10gb", "NATIVEDRA_MIG_PLACEMENT=3"} <= set(device["containerEdits"]["env"])
+    assert [n["path"] for n in device["containerEdits"]["deviceNodes"]] == ["/dev/nvidia6"]
+
+
+def test_reconcile_restores_the_lost_spec_of_a_prepared_claim(node: Node) -> None:
+    ref = new_claim(node)
+    node.preparer().prepare(ref)
+    text = node.specs.path_for(ref.uid).read_text()
+    node.specs.remove(ref.uid)  # e.g. /var/run/cdi is a tmpfs and the node rebooted
+    done = node.preparer().reconcile()
+    assert done == {"restored": [ref.uid], "rolled_back": [], "orphans_removed": []}
+    assert node.specs.path_for(ref.uid).read_text() == text
+
+
+def test_reconcile_rolls_back_a_half_prepared_claim_and_removes_orphans(node: Node) -> None:
+    half, orphan = str(uuid.uuid4()), str(uuid.uuid4())
+    text = "cdiVersion: 0.3.0\nkind: k8s.gpu.nativedra.dev/claim\ndevices: []\n"
+    started = ClaimRecord(half, "ns", "half", ClaimState.PREPARE_STARTED, [], text)
+    node.checkpoint().update(lambda records: records.__setitem__(half, started))  # the crash came after this
+    node.specs.write_text(half, text)
+    node.specs.write_text(orphan, text)
+    done = node.preparer().reconcile()
+    assert done == {"restored": [], "rolled_back": [half], "orphans_removed": [orphan]}
+    assert node.specs.claim_uids() == set() and node.checkpoint().read() == {}
