@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from extender.config import ExtenderConfig
 from extender.decide import Decider
@@ -13,11 +14,11 @@ SOON_AFTER = datetime.fromisoformat(CREATED.replace("Z", "+00:00")).timestamp() 
 TEMPLATES = [claim_template("one", 1), claim_template("eight", 8)]
 
 
-def member(name: str, gang: str, size: int, required: str | None = None) -> dict[str, object]:
+def member(name: str, gang: str, size: int, required: str | None = None) -> dict[str, Any]:
     return pod(name, labels=gang_labels(gang, size, required), template="eight", created=CREATED)
 
 
-def gang_view(counts: dict[str, int], members: list[dict[str, object]]) -> ClusterView:
+def gang_view(counts: dict[str, int], members: list[dict[str, Any]]) -> ClusterView:
     return view(racks(counts), pods=members, templates=TEMPLATES)
 
 
