@@ -23,8 +23,11 @@ from kubernetes import client
 from bench.timing import Timing, measure, report
 from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import resolve_profile
+from dra_driver.kubelet_paths import dra_socket, registration_socket
 from dra_driver.published import DeviceKind, DeviceView
+from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, create_fake_node, wait_for
+from nativedra.cluster.commands import NodeDirs
 from nativedra.kubelet_client import make_dev_tree, plugin_info, prepare, unprepare
 from nativedra.objects import create_claim, published_devices, request
 
@@ -46,7 +49,6 @@ def _profile(path: Path) -> Path:
 
 
 def _claims(api: client.ApiClient, namespace: str, devices: list[str]) -> list[tuple[str, str, str]]:
-    objects = client.CustomObjectsApi(api)
     keys = []
     for number, device in enumerate(devices):
         name = f"claim-{number:03d}"
@@ -61,9 +63,7 @@ def _claims(api: client.ApiClient, namespace: str, devices: list[str]) -> list[t
                 },
             }
         }
-        objects.replace_namespaced_custom_object_status(
-            "resource.k8s.io", "v1", namespace, "resourceclaims", name, created
-        )
+        RESOURCE_CLAIMS.replace_status(api, name, created, namespace)
         keys.append((namespace, created["metadata"]["uid"], name))
     return keys
 
@@ -81,42 +81,22 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
     root = Path(tempfile.mkdtemp(prefix="nd-bench-", dir="/tmp"))
     create_fake_node(api, NODE)
     client.CoreV1Api(api).create_namespace({"metadata": {"name": "bench-prepare"}})
-    make_dev_tree(root / "dev", range(GPUS))
-    registry, plugins = root / "registry", root / "plugins"
+    make_dev_tree(NodeDirs(root).dev, range(GPUS))
+    dirs = NodeDirs(root)
+    profile = str(_profile(root / "big.yaml"))
     process = subprocess.Popen(
-        commands.plugin(
-            NODE,
-            kubeconfig,
-            "--backend",
-            "simulated",
-            "--profile",
-            str(_profile(root / "big.yaml")),
-            "--registry-dir",
-            str(registry),
-            "--plugin-dir",
-            str(plugins),
-            "--cdi-dir",
-            str(root / "cdi"),
-            "--dev-root",
-            str(root / "dev"),
-        ),
+        commands.plugin(NODE, kubeconfig, "--backend", "simulated", "--profile", profile, dirs=dirs),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        registration = registry / f"{DRIVER_NAME}-reg.sock"
+        registration = registration_socket(dirs.registry)
         wait_for(lambda: plugin_info(registration), 60, "the plugin to serve")
         devices = wait_for(lambda: published_devices(api, NODE), 60, "published devices")
         fractions = sorted(name for name, d in devices.items() if DeviceView.from_api(d).kind is DeviceKind.FRACTION)
         keys = _claims(api, "bench-prepare", fractions[:CLAIMS])
-        socket = plugins / DRIVER_NAME / "dra.sock"
-        objects = client.CustomObjectsApi(api)
-        get = measure(
-            lambda: objects.get_namespaced_custom_object(
-                "resource.k8s.io", "v1", "bench-prepare", "resourceclaims", keys[0][2]
-            ),
-            CLAIMS,
-        )
+        socket = dra_socket(dirs.plugins)
+        get = measure(lambda: RESOURCE_CLAIMS.get(api, keys[0][2], "bench-prepare"), CLAIMS)
         sequential = Timing(tuple(_timed_prepare(socket, key) for key in keys))
         yield report(f"NodePrepareResources, {CLAIMS} claims, 1 caller", sequential, get, "one claim GET")
         unprepare(socket, "v1", keys)

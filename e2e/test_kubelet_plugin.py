@@ -23,6 +23,7 @@ from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
 from e2e.conftest import NodePlugin
 from e2e.dra import allocated_claim
+from kube.resources import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.cluster.controlplane import free_port
 from nativedra.kubelet_client import HEALTHY, UNHEALTHY, health_stream, prepare, register, unprepare
@@ -181,9 +182,8 @@ def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(
         build_slices(load_profile(resolve_profile("l4-4x")), PublishConfig(), other_node)
     )
     elsewhere = claim_key(_whole_gpu_claim(api, namespace, "elsewhere", other_node))
-    objects = client.CustomObjectsApi(api)
     create_claim(api, namespace, "idle", [request("gpus", "gpu.nativedra.dev")])
-    idle = objects.get_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", "idle")
+    idle = RESOURCE_CLAIMS.get(api, "idle", namespace)
     bad_config = {
         "driver": DOMAIN,
         "parameters": {
@@ -192,14 +192,11 @@ def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(
             "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 300}},
         },
     }
-    objects.create_namespaced_custom_object(
-        "resource.k8s.io",
-        "v1",
-        namespace,
-        "resourceclaimtemplates",
+    RESOURCE_CLAIM_TEMPLATES.create(
+        api,
         {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
+            "apiVersion": RESOURCE_CLAIM_TEMPLATES.api_version,
+            "kind": RESOURCE_CLAIM_TEMPLATES.kind,
             "metadata": {"name": "bad-config"},
             "spec": {
                 "spec": {
@@ -210,6 +207,7 @@ def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(
                 }
             },
         },
+        namespace,
     )
     gpu_pod(api, namespace, "bad-config", "bad-config", node=h100.node)
     configured = claim_key(allocated_claim(api, namespace, "bad-config"))

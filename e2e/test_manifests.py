@@ -13,6 +13,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import apply_documents
 
@@ -117,8 +118,8 @@ def _as_plugin_on(control_plane: ControlPlane, node: str | None) -> client.ApiCl
 
 def _slice(node: str) -> dict[str, Any]:
     return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
+        "apiVersion": RESOURCE_SLICES.api_version,
+        "kind": RESOURCE_SLICES.kind,
         "metadata": {"generateName": f"{node}-vap-"},
         "spec": {
             "driver": "gpu.nativedra.dev",
@@ -133,10 +134,10 @@ def test_admission_policy_keeps_a_plugin_to_its_own_node(
     control_plane: ControlPlane, installed: Any, fake_nodes: Any
 ) -> None:
     own, other = fake_nodes("vap"), fake_nodes("vap")
-    plugin = client.CustomObjectsApi(_as_plugin_on(control_plane, own))
+    plugin = _as_plugin_on(control_plane, own)
 
     def create(node: str) -> dict[str, Any]:
-        return dict(plugin.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", _slice(node)))
+        return RESOURCE_SLICES.create(plugin, _slice(node))
 
     created = wait_for(lambda: _try(lambda: create(own)), 30, "the plugin's own slice to be admitted (policy sync)")
     assert created["spec"]["nodeName"] == own
@@ -144,9 +145,9 @@ def test_admission_policy_keeps_a_plugin_to_its_own_node(
         create(other)
     assert denied.value.status in {403, 422}
     assert f"may only write ResourceSlices with spec.nodeName {own}, not {other}" in str(denied.value.body)
-    nameless = client.CustomObjectsApi(_as_plugin_on(control_plane, None))
+    nameless = _as_plugin_on(control_plane, None)
     with pytest.raises(client.ApiException) as no_node:
-        nameless.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", _slice(own))
+        RESOURCE_SLICES.create(nameless, _slice(own))
     assert "carries no node name" in str(no_node.value.body)
 
 

@@ -18,6 +18,7 @@ from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher, same_spec
 from dra_driver.slices import build_slices
 from e2e.dra import allocated_results
+from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.objects import (
     apply_file,
@@ -84,12 +85,11 @@ def test_publisher_restores_slices_changed_by_someone_else(
     specs = build_slices(load_profile(resolve_profile("l4-4x")), PublishConfig(), node)
     publisher = SlicePublisher(api, node)
     publisher.reconcile(specs)
-    objects = client.CustomObjectsApi(api)
     victim, edited = sorted(s["metadata"]["name"] for s in our_slices(api, node))[:2]
-    objects.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", victim)
-    tampered = objects.get_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", edited)
+    RESOURCE_SLICES.delete(api, victim)
+    tampered = RESOURCE_SLICES.get(api, edited)
     tampered["spec"]["devices" if "devices" in tampered["spec"] else "sharedCounters"].pop()
-    objects.replace_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", edited, tampered)
+    RESOURCE_SLICES.replace(api, edited, tampered)
 
     result = publisher.reconcile(specs)
     assert (result.created, result.generation) == (1, 2)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from kubernetes import client
 
 from e2e.dra import allocated_results
+from kube.resources import DEVICE_CLASSES, RESOURCE_SLICES
 from nativedra.cluster import wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.objects import apply_documents, claim_template, gpu_pod, request
 
@@ -21,14 +22,14 @@ def _class_and_slice(api: client.ApiClient, node: str) -> str:
         api,
         [
             {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
+                "apiVersion": DEVICE_CLASSES.api_version,
+                "kind": DEVICE_CLASSES.kind,
                 "metadata": {"name": class_name},
                 "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
             },
             {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
+                "apiVersion": RESOURCE_SLICES.api_version,
+                "kind": RESOURCE_SLICES.kind,
                 "metadata": {"name": f"{node}-smoke"},
                 "spec": {
                     "driver": DRIVER,

@@ -38,6 +38,15 @@ class Resource:
             return dict(objects.create_namespaced_custom_object(*self._path(namespace), body))
         return dict(objects.create_cluster_custom_object(*self._path(), body))
 
+    def replace_status(
+        self, api: client.ApiClient, name: str, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Write the status subresource (tests and benchmarks play the scheduler's allocator)."""
+        objects = client.CustomObjectsApi(api)
+        if self.namespaced:
+            return dict(objects.replace_namespaced_custom_object_status(*self._path(namespace), name, body))
+        return dict(objects.replace_cluster_custom_object_status(*self._path(), name, body))
+
     def replace(self, api: client.ApiClient, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """Cluster-scoped replace (the plugin's ResourceSlices)."""
         return dict(client.CustomObjectsApi(api).replace_cluster_custom_object(*self._path(), name, body))
