@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 EARLIEST_VERSION = "0.3.0"
-_VENDOR_OR_CLASS = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*[A-Za-z0-9]$|^[A-Za-z]$")
-_DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
+_VENDOR_OR_CLASS = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*[A-Za-z0-9]|[A-Za-z]")
+_DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 MAX_KIND_NAME = 63
 
 
@@ -118,13 +118,13 @@ def validate(spec: Spec) -> None:
     if len(spec.kind) > MAX_KIND_NAME:
         raise SpecError(f"kind {spec.kind!r}: longer than {MAX_KIND_NAME} characters")
     for part, value in (("vendor", spec.vendor), ("class", spec.device_class)):
-        if not _VENDOR_OR_CLASS.match(value):
+        if not _VENDOR_OR_CLASS.fullmatch(value):
             raise SpecError(f"kind {spec.kind!r}: invalid {part} {value!r}")
     if not spec.devices:
         raise SpecError(f"kind {spec.kind!r}: a spec needs at least one device")
     seen: set[str] = set()
     for device in spec.devices:
-        if not _DEVICE_NAME.match(device.name):
+        if not _DEVICE_NAME.fullmatch(device.name):
             raise SpecError(f"device {device.name!r}: invalid CDI device name")
         if device.name in seen:
             raise SpecError(f"device {device.name!r}: defined twice")

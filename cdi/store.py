@@ -10,9 +10,14 @@ import yaml
 from cdi.spec import Spec, to_document
 from fsutil.atomic import atomic_write, remove_durably
 
-# Kubernetes UIDs are RFC 4122 UUIDs; nothing else may become part of a file name.
-_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# Kubernetes UIDs are RFC 4122 UUIDs; nothing else may become part of a file name. Always
+# `fullmatch`: `$` also matches before a trailing newline.
+_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 SPEC_FILE_MODE = 0o644  # runtimes read it; it holds no secrets, and only root may write the directory
+
+
+def is_kubernetes_uid(text: str) -> bool:
+    return _UID.fullmatch(text) is not None
 
 
 def spec_text(spec: Spec) -> str:
@@ -28,7 +33,7 @@ class SpecStore:
         self.prefix = f"{vendor}-{device_class}_"
 
     def path_for(self, claim_uid: str) -> Path:
-        if not _UID.match(claim_uid):
+        if not is_kubernetes_uid(claim_uid):
             raise ValueError(f"claim UID {claim_uid!r} is not a Kubernetes UID")
         return self.directory / f"{self.prefix}{claim_uid}.yaml"
 
@@ -55,7 +60,7 @@ class SpecStore:
         found = set()
         for path in self.directory.glob(f"{self.prefix}*.yaml"):
             uid = path.name.removeprefix(self.prefix).removesuffix(".yaml")
-            if _UID.match(uid):
+            if is_kubernetes_uid(uid):
                 found.add(uid)
         return found
 

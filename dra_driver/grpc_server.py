@@ -6,7 +6,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from pathlib import Path
 from types import ModuleType
@@ -49,6 +49,15 @@ class RegistrationServicer(registration_grpc.RegistrationServicer):  # type: ign
         return registration_pb.RegistrationStatusResponse()
 
 
+def unique_claims(claims: Iterable[Any]) -> list[ClaimRef]:
+    """One entry per claim UID: the response is keyed by UID, so a claim named twice in one call is
+    prepared once and its devices are listed once (the first namespace/name given wins)."""
+    unique: dict[str, ClaimRef] = {}
+    for claim in claims:
+        unique.setdefault(claim.uid, ClaimRef(claim.namespace, claim.uid, claim.name))
+    return list(unique.values())
+
+
 class DraServicer:
     """One implementation for both API versions; `messages` is the version's generated module."""
 
@@ -70,9 +79,8 @@ class DraServicer:
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         response = self.messages.NodePrepareResourcesResponse()
-        for claim in request.claims:  # every claim gets an entry; a failure stays with its claim
-            ref = ClaimRef(claim.namespace, claim.uid, claim.name)
-            entry = response.claims[claim.uid]
+        for ref in unique_claims(request.claims):  # every claim gets an entry; a failure stays with its claim
+            entry = response.claims[ref.uid]
             try:
                 entry.devices.extend(self._device(d) for d in self.preparer.prepare(ref))
             except PrepareError as error:
@@ -84,9 +92,8 @@ class DraServicer:
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         response = self.messages.NodeUnprepareResourcesResponse()
-        for claim in request.claims:
-            ref = ClaimRef(claim.namespace, claim.uid, claim.name)
-            entry = response.claims[claim.uid]
+        for ref in unique_claims(request.claims):
+            entry = response.claims[ref.uid]
             try:
                 self.preparer.unprepare(ref)
             except PrepareError as error:

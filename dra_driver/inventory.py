@@ -13,8 +13,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-PCI_BUS_ID_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")
-PCIE_ROOT_RE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+PCI_BUS_ID_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
+PCIE_ROOT_RE = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 
 
 class Vendor(StrEnum):
@@ -79,14 +79,14 @@ class Gpu(_Model):
     @field_validator("pci_bus_id")
     @classmethod
     def _bus_id(cls, value: str) -> str:
-        if not PCI_BUS_ID_RE.match(value):
+        if not PCI_BUS_ID_RE.fullmatch(value):
             raise ValueError("must look like 0000:3b:00.0 (lowercase, 4-digit domain)")
         return value
 
     @field_validator("pcie_root")
     @classmethod
     def _pcie_root(cls, value: str | None) -> str | None:
-        if value is not None and not PCIE_ROOT_RE.match(value):
+        if value is not None and not PCIE_ROOT_RE.fullmatch(value):
             raise ValueError("must look like pci0000:3a")
         return value
 

@@ -20,7 +20,7 @@ CDI_SEARCH_DIRS = (Path("/etc/cdi"), DEFAULT_CDI_DIR)  # where runtimes look for
 DEFAULT_DEV_ROOT = Path("/dev")
 DEFAULT_SYS_ROOT = Path("/sys")
 MAX_UNIX_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
-_POD_UID = re.compile(r"^[0-9a-f-]{1,64}$")
+_POD_UID = re.compile(r"[0-9a-f-]{1,64}")
 
 
 def _short(data: bytes, length: int) -> str:
@@ -36,7 +36,7 @@ def registration_socket(registry_dir: Path, pod_uid: str | None = None) -> Path:
     """`<driver>-reg.sock`, or per pod `<driver>-<podUID>-reg.sock` for seamless rolling updates."""
     if not pod_uid:
         return registry_dir / f"{DRIVER_NAME}-reg.sock"
-    if not _POD_UID.match(pod_uid):
+    if not _POD_UID.fullmatch(pod_uid):
         raise ValueError(f"pod UID {pod_uid!r} is not a Kubernetes UID")
     driver_and_uid = DRIVER_NAME.encode() + b"\0" + pod_uid.encode()
     for name in (
@@ -52,7 +52,7 @@ def registration_socket(registry_dir: Path, pod_uid: str | None = None) -> Path:
 
 def dra_socket(plugin_dir: Path, pod_uid: str | None = None) -> Path:
     """`<plugins dir>/<driver>/dra.sock`, or `dra-<podUID>.sock` per pod."""
-    if pod_uid and not _POD_UID.match(pod_uid):
+    if pod_uid and not _POD_UID.fullmatch(pod_uid):
         raise ValueError(f"pod UID {pod_uid!r} is not a Kubernetes UID")
     path = data_dir(plugin_dir) / (f"dra-{pod_uid}.sock" if pod_uid else "dra.sock")
     if len(str(path)) > MAX_UNIX_PATH:

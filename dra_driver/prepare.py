@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes import client
 
 from cdi.spec import Spec
-from cdi.store import SpecStore, spec_text
+from cdi.store import SpecStore, is_kubernetes_uid, spec_text
 from dra_driver import DRIVER_NAME, metrics
 from dra_driver.cdi_edits import CDI_CLASS, CDI_VENDOR, ClaimDevice, HostDevices, claim_spec
 from dra_driver.checkpoint import Checkpoint, ClaimRecord, ClaimState
@@ -60,6 +60,17 @@ class PreparedDevice:
 
 
 ClaimReader = Callable[[ClaimRef], dict[str, Any]]  # raises PrepareError when it cannot
+
+
+def check_uid(ref: ClaimRef) -> None:
+    """Refuse a UID that is not a Kubernetes UID before it reaches a lock, a file name or a log line;
+    it is shown with repr() because it may hold a newline or a path."""
+    if not is_kubernetes_uid(ref.uid):
+        raise PrepareError(
+            "bad_uid",
+            f"claim {ref.namespace}/{ref.name}: field uid {ref.uid!r} is not a Kubernetes UID (a lowercase RFC 4122 "
+            "UUID)",
+        )
 
 
 def _crash_point(step: str) -> None:
@@ -150,17 +161,17 @@ class ClaimPreparer:
         """One claim at a time per UID; every outcome is counted and timed."""
         started = time.perf_counter()
         try:
+            check_uid(ref)
             with self._lock(ref.uid):
                 return self._prepare(ref)
         except PrepareError as error:
             metrics.CLAIM_ERRORS.labels("prepare", error.reason).inc()
-            log.warning("prepare %s failed: %s", ref, error)
+            log.warning("prepare failed: %s", error)  # the error names the claim
             raise
         finally:
             metrics.PREPARE_SECONDS.labels("prepare").observe(time.perf_counter() - started)
 
     def _prepare(self, ref: ClaimRef) -> list[PreparedDevice]:
-        self.specs.path_for(ref.uid)  # rejects a UID that is not a Kubernetes UID before any I/O
         previous = self._previous_answer(ref)
         if previous is not None:
             return previous
@@ -254,11 +265,14 @@ class ClaimPreparer:
             return _completed(records)
 
         try:
+            check_uid(ref)
             with self._lock(ref.uid):
-                self.specs.path_for(ref.uid)
                 self.specs.remove(ref.uid)
                 metrics.PREPARED_CLAIMS.set(self.checkpoint.update(forget))
-        except (ValueError, OSError) as error:
+        except PrepareError as error:
+            metrics.CLAIM_ERRORS.labels("unprepare", error.reason).inc()
+            raise
+        except OSError as error:
             metrics.CLAIM_ERRORS.labels("unprepare", "internal").inc()
             raise PrepareError("internal", f"claim {ref}: {error}") from error
         finally:

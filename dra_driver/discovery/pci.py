@@ -11,13 +11,13 @@ def normalize_bus_id(bus_id: str) -> str:
     """NVML's `00000000:3B:00.0` -> `0000:3b:00.0` (the form sysfs and pciBusID use)."""
     domain, rest = bus_id.strip().lower().split(":", 1)
     normalized = f"{int(domain, 16):04x}:{rest}"
-    if not PCI_BUS_ID_RE.match(normalized):
+    if not PCI_BUS_ID_RE.fullmatch(normalized):
         raise ValueError(f"unexpected PCI bus id {bus_id!r}")
     return normalized
 
 
 def device_dir(sys_root: Path, bus_id: str) -> Path:
-    if not PCI_BUS_ID_RE.match(bus_id):  # never build a path from an unvalidated name
+    if not PCI_BUS_ID_RE.fullmatch(bus_id):  # never build a path from an unvalidated name
         raise ValueError(f"invalid PCI bus id {bus_id!r}")
     return sys_root / "bus" / "pci" / "devices" / bus_id
 
@@ -38,6 +38,6 @@ def pcie_root(sys_root: Path, bus_id: str) -> str | None:
     except OSError:
         return None
     for part in target.parts:
-        if PCIE_ROOT_RE.match(part):
+        if PCIE_ROOT_RE.fullmatch(part):
             return part
     return None

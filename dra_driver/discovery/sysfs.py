@@ -21,7 +21,7 @@ VENDORS = {"0x10de": Vendor.NVIDIA, "0x1002": Vendor.AMD, "0x8086": Vendor.INTEL
 BRANDS = {Vendor.NVIDIA: "NVIDIA", Vendor.AMD: "AMD", Vendor.INTEL: "Intel"}
 DISPLAY_CLASS = 0x03
 ACCELERATOR_CLASS = 0x12
-_RENDER_NODE = re.compile(r"^renderD(\d+)$")
+_RENDER_NODE = re.compile(r"renderD(\d+)")
 _PREFETCHABLE = 0x2000  # IORESOURCE_PREFETCH in a sysfs `resource` line's flags
 
 
@@ -46,7 +46,7 @@ def render_minor(device: Path) -> int | None:
     if not drm.is_dir():
         return None
     for entry in sorted(drm.iterdir()):
-        match = _RENDER_NODE.match(entry.name)
+        match = _RENDER_NODE.fullmatch(entry.name)
         if match:
             return int(match.group(1))
     return None
@@ -83,7 +83,7 @@ def read_inventory(sys_root: Path) -> Inventory:
     devices_dir = sys_root / "bus" / "pci" / "devices"
     found: list[tuple[str, Path, Vendor]] = []
     for entry in sorted(devices_dir.iterdir()) if devices_dir.is_dir() else []:
-        if not PCI_BUS_ID_RE.match(entry.name):
+        if not PCI_BUS_ID_RE.fullmatch(entry.name):
             continue
         vendor = VENDORS.get(_read(entry / "vendor") or "")
         if vendor is None or not _is_accelerator(entry):

@@ -28,7 +28,7 @@ def test_store_writes_one_file_per_claim_and_removes_orphans(tmp_path: Path) -> 
     assert not [p for p in (tmp_path / "cdi").iterdir() if p.name.endswith(".tmp")], "no temp file is left"
 
 
-@pytest.mark.parametrize("uid", ["../../etc/passwd", "ABC", "", "0a1b/../x"])
+@pytest.mark.parametrize("uid", ["../../etc/passwd", "ABC", "", "0a1b/../x", "0c9e7d8a-6f1b-4b7e-9c1d-2f3a4b5c6d7e\n"])
 def test_store_never_builds_a_path_from_an_invalid_uid(tmp_path: Path, uid: str) -> None:
     with pytest.raises(ValueError, match="not a Kubernetes UID"):
         SpecStore(tmp_path, "k8s.gpu.nativedra.dev", "claim").path_for(uid)

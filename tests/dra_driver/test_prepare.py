@@ -4,83 +4,15 @@ come from the real slice builder, files go to a temporary CDI directory and chec
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from cdi.store import SpecStore
-from dra_driver import DRIVER_NAME
-from dra_driver.checkpoint import Checkpoint, ClaimRecord, ClaimState
-from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.checkpoint import ClaimRecord, ClaimState
 from dra_driver.errors import PrepareError
-from dra_driver.prepare import ClaimPreparer, ClaimRef, PreparedDevice, spec_store
-from dra_driver.publish_config import PublishConfig
-from dra_driver.slices import devices_and_counters
-
-NODE = "node-a"
-INVENTORY = load_profile(resolve_profile("h100-8x"))
-PUBLISHED = {device.name: device for device in devices_and_counters(INVENTORY, PublishConfig())[0]}
-
-
-def claim(
-    uid: str,
-    devices: Sequence[str] = ("gpu-0-1of2-0",),
-    *,
-    pool: str = NODE,
-    driver: str = DRIVER_NAME,
-    allocated: bool = True,
-) -> dict[str, Any]:
-    results = [{"request": "gpus", "driver": driver, "pool": pool, "device": device} for device in devices]
-    status = {"allocation": {"devices": {"results": results}}} if allocated else {}
-    return {"metadata": {"namespace": "ns", "name": "train", "uid": uid}, "status": status}
-
-
-class Node:
-    """One node's prepare state on disk; `preparer()` is a plugin (re)started on it."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.claims: dict[str, dict[str, Any]] = {}  # by claim name: what the API would return
-        self.dev = root / "dev"
-        self.dev.mkdir()
-        for name in ["nvidiactl", *(f"nvidia{gpu.minor}" for gpu in INVENTORY.gpus)]:
-            (self.dev / name).symlink_to("/dev/null")  # a real character device, no root needed
-        self.checkpoint_path = root / "checkpoint.json"
-        self.specs: SpecStore = spec_store(root / "cdi")
-
-    def read_claim(self, ref: ClaimRef) -> dict[str, Any]:
-        if ref.name not in self.claims:
-            raise PrepareError("not_found", f"claim {ref}: not found in the API")
-        return self.claims[ref.name]
-
-    def checkpoint(self) -> Checkpoint:
-        return Checkpoint(self.checkpoint_path, "boot-1")
-
-    def preparer(self, mig_supported: bool = True) -> ClaimPreparer:
-        return ClaimPreparer(
-            self.read_claim,
-            NODE,
-            lambda: PUBLISHED,
-            checkpoint=self.checkpoint(),
-            specs=self.specs,
-            dev_root=self.dev,
-            cdi_roots=(self.root / "vendor-cdi",),
-            mig_supported=mig_supported,
-        )
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Node:
-    return Node(tmp_path)
-
-
-def new_claim(node: Node, **kwargs: Any) -> ClaimRef:
-    uid = str(uuid.uuid4())
-    node.claims["train"] = claim(uid, **kwargs)
-    return ClaimRef("ns", uid, "train")
+from dra_driver.prepare import ClaimRef, PreparedDevice
+from tests.dra_driver.claims import NODE, Node, new_claim
 
 
 def test_prepare_writes_the_spec_and_a_completed_record(node: Node) -> None:
