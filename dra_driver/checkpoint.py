@@ -1,8 +1,9 @@
 """The plugin's record of prepared claims: one JSON file, checksummed, replaced atomically.
 
 Every change happens under an exclusive flock (read, modify, write), so two plugin instances
-during a rolling update never lose each other's records. A corrupted file (checksum mismatch,
-bad JSON) is moved aside with a clear error and the plugin continues with an empty record.
+during a rolling update never lose each other's records. A corrupted file (checksum mismatch, bytes
+that are not JSON, JSON of another shape) is moved aside with a clear error and the plugin continues
+with an empty record.
 Records are kept parsed between calls and the file is re-read only when another writer changed it.
 """
 
@@ -52,10 +53,22 @@ class ClaimRecord:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClaimRecord:
-        return cls(
-            data["uid"], data["namespace"], data["name"], ClaimState(data["state"]), data["devices"], data["cdiSpec"]
-        )
+    def from_json(cls, data: Any) -> ClaimRecord:
+        """A record as written by `to_json`; anything else raises ValueError (the file is corrupt)."""
+        record = _mapping(data, "a claim record")
+        uid, namespace, name, state = (record.get(key) for key in ("uid", "namespace", "name", "state"))
+        devices, spec = record.get("devices"), record.get("cdiSpec")
+        if not all(isinstance(text, str) for text in (uid, namespace, name, state)) or not isinstance(spec, str | None):
+            raise ValueError(f"claim record {uid!r}: uid, namespace, name, state or cdiSpec is not a string")
+        if not isinstance(devices, list) or not all(isinstance(device, dict) for device in devices):
+            raise ValueError(f"claim record {uid!r}: devices is not a list of objects")
+        return cls(str(uid), str(namespace), str(name), ClaimState(str(state)), devices, spec)
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is a JSON {type(value).__name__}, not an object")
+    return value
 
 
 def boot_id(proc_root: Path = Path("/proc")) -> str:
@@ -65,7 +78,7 @@ def boot_id(proc_root: Path = Path("/proc")) -> str:
         return "unknown"
 
 
-def _canonical(payload: dict[str, Any]) -> str:
+def _canonical(payload: Any) -> str:
     return json.dumps(payload, sort_keys=True, separators=(",", ":"))
 
 
@@ -108,16 +121,18 @@ class Checkpoint:
         return dict(self._cache[1])
 
     def _parse(self) -> dict[str, ClaimRecord]:
-        text = self.path.read_text()
+        """Any failure to read the file as our document is corruption (bytes that are not UTF-8,
+        JSON of another shape, a wrong checksum): the plugin must keep serving, not crash-loop."""
         try:
-            document = json.loads(text)
+            document = _mapping(json.loads(self.path.read_bytes().decode()), "the document")
             if document.get("version") != VERSION:
                 raise ValueError(f"unsupported checkpoint version {document.get('version')!r}")
-            payload = document["payload"]
+            payload = document.get("payload")
             if document.get("checksum") != _checksum(_canonical(payload)):
                 raise ValueError("checksum mismatch")
-            return {uid: ClaimRecord.from_json(record) for uid, record in payload["claims"].items()}
-        except (ValueError, KeyError, TypeError) as error:
+            claims = _mapping(_mapping(payload, "the payload").get("claims"), "payload.claims")
+            return {uid: ClaimRecord.from_json(record) for uid, record in claims.items()}
+        except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             self.path.replace(aside)
             self.last_error = f"checkpoint {self.path} is corrupted ({error}); moved to {aside}, starting empty"

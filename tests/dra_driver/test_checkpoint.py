@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from dra_driver.checkpoint import Checkpoint, ClaimRecord, ClaimState
 
@@ -41,6 +45,38 @@ def test_truncated_file_is_corruption_too(tmp_path: Path) -> None:
     checkpoint = Checkpoint(path, "boot-1")
     assert checkpoint.read() == {}
     assert checkpoint.last_error is not None
+
+
+def _checksummed(payload: Any) -> bytes:
+    """A document whose checksum is right but whose payload has the wrong shape."""
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return json.dumps(
+        {"version": 2, "checksum": hashlib.sha256(body.encode()).hexdigest(), "payload": payload}
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        bytes(range(256)) * 8,  # 2 KB that is not even UTF-8
+        b"[]",
+        b"null",
+        _checksummed([]),
+        _checksummed({"claims": []}),
+        _checksummed({"claims": {"u1": ["not", "a", "record"]}}),
+        _checksummed({"claims": {"u1": {**record("u1").to_json(), "state": "Bogus"}}}),
+    ],
+)
+def test_any_unparseable_file_is_corruption_kept_aside(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "checkpoint.json"
+    path.write_bytes(content)
+    checkpoint = Checkpoint(path, "boot-1")
+    assert checkpoint.read() == {}
+    assert checkpoint.last_error and "is corrupted" in checkpoint.last_error
+    [aside] = list(tmp_path.glob("checkpoint.json.corrupt-*"))
+    assert aside.read_bytes() == content
+    checkpoint.update(lambda records: records.__setitem__("u1", record("u1")))
+    assert set(checkpoint.read()) == {"u1"}
 
 
 def _add_many(path: str, prefix: str) -> None:
