@@ -39,7 +39,7 @@ e2e: venv
 # outside any test timeout), then every unit and e2e test in one pytest run.
 test: lint
 	$(BIN)/python -m dra_driver.proto.generate --check
-	$(BIN)/nativedra cluster build >/dev/null
+	$(BIN)/nativedra cluster build --with jobset,lws >/dev/null
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
 
 protos: venv

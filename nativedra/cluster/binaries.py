@@ -8,30 +8,23 @@ repeats them pointing at the published `v0.X.Y` versions. etcd comes from the `e
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
 import os
 import re
-import shutil
-import subprocess
-import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from nativedra.cluster.gobuild import BinaryError, BuildLock, build_programs, cache_root, download, go_env
+
+__all__ = ["Binaries", "BinaryError", "build_kubernetes", "cache_root", "pinned_version", "resolve"]
 log = logging.getLogger(__name__)
 
 DEFAULT_K8S_VERSION = "v1.36.2"
 MINIMUM_MINOR = 36
 KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
-HEARTBEAT_S = 30.0
 _VERSION_RE = re.compile(r"^v1\.(\d+)\.(\d+)$")
 _STAGING_REPLACE_RE = re.compile(r"^\s*(k8s\.io/[A-Za-z0-9._-]+)\s+=>\s+\./staging/", re.MULTILINE)
-
-
-class BinaryError(RuntimeError):
-    """A control-plane binary could not be found or built."""
 
 
 @dataclass(frozen=True)
@@ -41,10 +34,6 @@ class Binaries:
     kube_apiserver: Path
     kube_scheduler: Path
     kube_controller_manager: Path
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("NATIVEDRA_CACHE_DIR", Path.home() / ".cache" / "nativedra"))
 
 
 def pinned_version() -> str:
@@ -105,45 +94,6 @@ def resolve(version: str | None = None) -> Binaries:
     )
 
 
-def _go(args: list[str], cwd: Path, env: dict[str, str], what: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run go; for a long step (`what`), say every 30 s that it is still going, so a first run that
-    builds Kubernetes for minutes never looks hung."""
-    go = shutil.which("go")
-    if go is None:
-        raise BinaryError("Go is needed to build Kubernetes (or set KUBEBUILDER_ASSETS); `go` is not on PATH")
-    started = time.monotonic()
-    with subprocess.Popen(
-        [go, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as process:
-        while True:
-            try:
-                stdout, stderr = process.communicate(timeout=HEARTBEAT_S)
-                break
-            except subprocess.TimeoutExpired:
-                if what:
-                    log.info("still %s: %s so far", what, _elapsed(started))
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
-def _elapsed(started: float) -> str:
-    seconds = int(time.monotonic() - started)
-    return f"{seconds // 60}m{seconds % 60:02d}s"
-
-
-def _go_checked(args: list[str], cwd: Path, env: dict[str, str], what: str | None = None) -> None:
-    """Run go; if only the checksum database is unreachable, retry once with GOSUMDB=off.
-
-    The module proxy is the single source either way; the fallback is logged.
-    """
-    result = _go(args, cwd, env, what)
-    if result.returncode != 0 and "sum.golang.org" in result.stderr and env.get("GOSUMDB") != "off":
-        log.warning("Go checksum database unreachable; building with GOSUMDB=off (proxy only)")
-        env["GOSUMDB"] = "off"
-        result = _go(args, cwd, env, what)
-    if result.returncode != 0:
-        raise BinaryError(f"`go {' '.join(args)}` failed in {cwd}:\n{result.stderr[-4000:]}")
-
-
 def staging_modules(upstream_go_mod: str) -> list[str]:
     """Module paths that upstream k8s.io/kubernetes replaces with its ./staging tree."""
     return sorted(set(_STAGING_REPLACE_RE.findall(upstream_go_mod)))
@@ -160,79 +110,31 @@ def wrapper_go_mod(version: str, staging: list[str], go_directive: str) -> str:
     )
 
 
-_TOOLS_GO = """//go:build tools
-
-package k8sbuild
-
-import (
-{imports}
-)
-"""
-
-
 def build_kubernetes(version: str, components: list[str] | tuple[str, ...] = KUBE_COMPONENTS) -> Path:
     """Build the named components into the cache (once; later calls return at once)."""
     bin_dir = cache_root() / "k8s" / version / "bin"
     if all((bin_dir / name).is_file() for name in components):
         return bin_dir
-    src = bin_dir.parent / "src"
-    src.mkdir(parents=True, exist_ok=True)
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    with (bin_dir.parent / "build.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent build of the same version waits for ours
+    with BuildLock(bin_dir.parent):
         todo = [name for name in components if not (bin_dir / name).is_file()]
         if todo:
-            _build_into(version, todo, src, bin_dir)
+            _build_into(version, todo, bin_dir.parent / "src", bin_dir)
     return bin_dir
 
 
 def _build_into(version: str, components: list[str], src: Path, bin_dir: Path) -> None:
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-buildvcs=false")
-    download = _go(["mod", "download", "-json", f"k8s.io/kubernetes@{version}"], src, env)
-    if download.returncode != 0 and "sum.golang.org" in download.stderr:
-        env["GOSUMDB"] = "off"
-        download = _go(["mod", "download", "-json", f"k8s.io/kubernetes@{version}"], src, env)
-    if download.returncode != 0:
-        raise BinaryError(f"cannot download k8s.io/kubernetes@{version}: {download.stderr[-2000:]}")
-    upstream_mod = Path(json.loads(download.stdout)["GoMod"]).read_text()
+    env = go_env()
+    upstream_mod = Path(download("k8s.io/kubernetes", version, src, env)["GoMod"]).read_text()
     go_directive = re.search(r"^go\s+(\S+)", upstream_mod, re.MULTILINE)
-    (src / "go.mod").write_text(
-        wrapper_go_mod(version, staging_modules(upstream_mod), go_directive.group(1) if go_directive else "1.24")
-    )
-    imports = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"' for name in KUBE_COMPONENTS)
-    (src / "tools.go").write_text(_TOOLS_GO.format(imports=imports))
-    log.info("resolving the Go modules of Kubernetes %s (module cache: %s)", version, _go_mod_cache(env))
-    _go_checked(["mod", "tidy"], src, env, "resolving modules")
-    minor = str(minor_of(version))
+    go_mod = wrapper_go_mod(version, staging_modules(upstream_mod), go_directive.group(1) if go_directive else "1.24")
     ldflags = " ".join(
         [
             "-s -w",
             f"-X k8s.io/component-base/version.gitVersion={version}",
             "-X k8s.io/component-base/version.gitMajor=1",
-            f"-X k8s.io/component-base/version.gitMinor={minor}",
+            f"-X k8s.io/component-base/version.gitMinor={minor_of(version)}",
             f"-X k8s.io/client-go/pkg/version.gitVersion={version}",
         ]
     )
-    for position, name in enumerate(components, start=1):
-        started = time.monotonic()
-        log.info(
-            "building %s %s (%d of %d; first run only, the first takes minutes on 2 cores; result cached in %s)",
-            name,
-            version,
-            position,
-            len(components),
-            bin_dir,
-        )
-        tmp = bin_dir / f".{name}.tmp"
-        _go_checked(
-            ["build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), f"k8s.io/kubernetes/cmd/{name}"],
-            src,
-            env,
-            f"building {name}",
-        )
-        tmp.replace(bin_dir / name)
-        log.info("built %s in %s", name, _elapsed(started))
-
-
-def _go_mod_cache(env: dict[str, str]) -> str:
-    return env.get("GOMODCACHE") or str(Path(env.get("GOPATH") or Path.home() / "go") / "pkg" / "mod")
+    programs = {name: f"k8s.io/kubernetes/cmd/{name}" for name in components}
+    build_programs(src, go_mod, programs, bin_dir, env=env, ldflags=ldflags)

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import config
 
 from cmdline.flags import add_flag
 from nativedra.cluster import binaries
+from nativedra.cluster.addons import ADDONS, Addon, build_addon, start_addon
 from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, recorded_state, stop_recorded
 
 
@@ -50,9 +52,24 @@ def start_detached(state_dir: Path, scheduler_extra: dict[str, Any]) -> ControlP
     return plane
 
 
+def _addons(text: str | None) -> list[Addon]:
+    names = [name.strip() for name in (text or "").split(",") if name.strip()]
+    unknown = sorted(set(names) - set(ADDONS))
+    if unknown:
+        raise ControlPlaneError(
+            f"--with {text}: unknown controller(s) {', '.join(unknown)}; known: {', '.join(ADDONS)}"
+        )
+    return [ADDONS[name] for name in names]
+
+
 def _up(args: argparse.Namespace) -> int:
     try:
+        addons = _addons(args.with_controllers)
         plane = start_detached(Path(args.state_dir), load_scheduler_extra(args.scheduler_config_extra))
+        if addons:
+            api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+            for addon in addons:
+                start_addon(plane, api, addon)
     except (ControlPlaneError, binaries.BinaryError) as error:
         print(f"nativedra cluster up: {error}", file=sys.stderr)
         return 1
@@ -60,14 +77,15 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build(_args: argparse.Namespace) -> int:
+def _build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         found = binaries.resolve()
-    except binaries.BinaryError as error:
+        controllers = [build_addon(addon) for addon in _addons(args.with_controllers)]
+    except (ControlPlaneError, binaries.BinaryError) as error:
         print(f"nativedra cluster build: {error}", file=sys.stderr)
         return 1
-    for path in (found.etcd, found.kube_apiserver, found.kube_scheduler, found.kube_controller_manager):
+    for path in (found.etcd, found.kube_apiserver, found.kube_scheduler, found.kube_controller_manager, *controllers):
         print(path)
     print(f"Kubernetes {found.version} binaries ready in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return 0
@@ -107,6 +125,14 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     up.set_defaults(handler=_up)
     build = actions.add_parser("build", help="build (or find) the binaries without starting anything")
     build.set_defaults(handler=_build)
+    for parser in (up, build):
+        add_flag(
+            parser,
+            "--with",
+            dest="with_controllers",
+            help="also the workload controllers, built from their Go modules and run with their CRDs and webhooks: "
+            + ", ".join(f"{a.name} ({a.module} {a.version})" for a in ADDONS.values()),
+        )
     down = actions.add_parser("down", help="stop the processes recorded by `up`")
     down.set_defaults(handler=_down)
     status = actions.add_parser("status", help="show the recorded processes; exit 1 unless all run")

@@ -1,0 +1,214 @@
+"""The JobSet and LeaderWorkerSet controllers, built from their Go modules and run on loopback with
+their own CRDs and admission webhooks: where another project defines the behaviour, the local
+cluster runs that project's code, never objects shaped like its output.
+
+Each controller is built once into `~/.cache/nativedra/addons/<name>/<version>/bin`. Its CRDs and
+webhook configurations come from the downloaded module's `config/` directory; the webhooks are
+rewritten to call `https://127.0.0.1:<port>/<path>` with the local cluster's CA, and the controller
+serves them with the apiserver's loopback certificate (its SANs include 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import shutil
+import socket
+import ssl
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, free_port
+from nativedra.cluster.gobuild import BuildLock, build_programs, cache_root, download, go_env
+from nativedra.cluster.processes import tail
+from nativedra.objects import apply_documents
+
+READY_TIMEOUT_S = 60.0
+JsonPatch = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Addon:
+    name: str
+    module: str
+    version: str
+    main_package: str
+    config_api_version: str
+    crd_dirs: tuple[str, ...]  # relative to the module's source
+    webhook_dir: str  # a kustomize directory: manifests.yaml + JSON6902 patches
+
+    @property
+    def binary(self) -> str:
+        return f"{self.name}-controller"
+
+
+JOBSET = Addon(
+    name="jobset",
+    module="sigs.k8s.io/jobset",
+    version="v0.12.0",
+    main_package="sigs.k8s.io/jobset",
+    config_api_version="config.jobset.x-k8s.io/v1alpha1",
+    crd_dirs=("config/components/crd/bases",),
+    webhook_dir="config/components/webhook",
+)
+LWS = Addon(
+    name="lws",
+    module="sigs.k8s.io/lws",
+    version="v0.9.0",
+    main_package="sigs.k8s.io/lws/cmd",
+    config_api_version="config.lws.x-k8s.io/v1alpha1",
+    # v0.9.0's manager also runs the DisaggregatedSet controller, which needs its CRD.
+    crd_dirs=("config/crd/bases",),
+    webhook_dir="config/webhook",
+)
+ADDONS = {addon.name: addon for addon in (JOBSET, LWS)}
+
+
+def _home(addon: Addon) -> Path:
+    return cache_root() / "addons" / addon.name / addon.version
+
+
+def source(addon: Addon) -> Path:
+    """The module's source in Go's module cache (downloaded once)."""
+    return Path(download(addon.module, addon.version, _home(addon) / "src", go_env())["Dir"])
+
+
+def build_addon(addon: Addon) -> Path:
+    """The controller binary, built once from the module proxy."""
+    binary = _home(addon) / "bin" / addon.binary
+    if binary.is_file():
+        return binary
+    with BuildLock(_home(addon)):
+        if not binary.is_file():
+            go_mod = f"module nativedra.dev/addonbuild\n\ngo 1.24\n\nrequire {addon.module} {addon.version}\n"
+            build_programs(
+                _home(addon) / "src", go_mod, {addon.binary: addon.main_package}, binary.parent, env=go_env()
+            )
+    return binary
+
+
+def crds(addon: Addon, root: Path) -> list[dict[str, Any]]:
+    documents: list[dict[str, Any]] = []
+    for directory in addon.crd_dirs:
+        for path in sorted((root / directory).glob("*.yaml")):
+            documents.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return documents
+
+
+def json_patch(document: dict[str, Any], operations: JsonPatch) -> dict[str, Any]:
+    """Apply RFC 6902 add/replace/remove operations (what kubebuilder's webhook patches use). Pure."""
+    result = copy.deepcopy(document)
+    for operation in operations:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in operation["path"].split("/")[1:]]
+        target: Any = result
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        op = operation["op"]
+        if isinstance(target, list):
+            index = len(target) if last == "-" else int(last)
+            if op == "add":
+                target.insert(index, operation["value"])
+            elif op == "replace":
+                target[index] = operation["value"]
+            elif op == "remove":
+                del target[index]
+            else:
+                raise ValueError(f"unsupported JSON patch op {op!r}")
+        elif op in ("add", "replace"):
+            target[last] = operation["value"]
+        elif op == "remove":
+            del target[last]
+        else:
+            raise ValueError(f"unsupported JSON patch op {op!r}")
+    return result
+
+
+def webhook_configurations(addon: Addon, root: Path, url: str, ca_bundle: bytes) -> list[dict[str, Any]]:
+    """The upstream webhook configurations with their kustomize patches applied, each webhook
+    calling `url` + its path, trusted through `ca_bundle`, renamed per addon (JobSet and LWS both
+    call theirs `mutating-webhook-configuration`). Pure apart from reading the files."""
+    directory = root / addon.webhook_dir
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    documents = [d for d in yaml.safe_load_all((directory / "manifests.yaml").read_text()) if d]
+    for patch in kustomization.get("patches") or []:
+        target = patch["target"]
+        operations = yaml.safe_load((directory / patch["path"]).read_text())
+        documents = [
+            json_patch(d, operations) if d["kind"] == target["kind"] and d["metadata"]["name"] == target["name"] else d
+            for d in documents
+        ]
+    encoded = base64.b64encode(ca_bundle).decode()
+    for document in documents:
+        document["metadata"]["name"] = f"nativedra-{addon.name}-{document['metadata']['name']}"
+        for webhook in document["webhooks"]:
+            path = webhook["clientConfig"]["service"]["path"]
+            webhook["clientConfig"] = {"url": f"{url}{path}", "caBundle": encoded}
+    return documents
+
+
+def controller_config(addon: Addon, webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": addon.config_api_version,
+        "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+    }
+
+
+def _wait(probe: Any, what: str, log_path: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            if probe():
+                return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise ControlPlaneError(f"{what} not ready after {READY_TIMEOUT_S:.0f}s; log:\n{tail(log_path)}")
+
+
+def start_addon(plane: ControlPlane, api: client.ApiClient, addon: Addon) -> None:
+    """Build (once), install the CRDs, run the controller with its webhooks on loopback, and
+    register the webhooks once they answer."""
+    binary, root = build_addon(addon), source(addon)
+    apply_documents(api, crds(addon, root))
+    home = plane.state_dir / "addons" / addon.name
+    cert_dir = home / "certs"
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(plane.layout.certs.serving_cert, cert_dir / "tls.crt")
+    shutil.copyfile(plane.layout.certs.serving_key, cert_dir / "tls.key")
+    webhook_port, health_port = free_port(), free_port()
+    config_path = home / "config.yaml"
+    config_path.write_text(yaml.safe_dump(controller_config(addon, webhook_port, health_port, cert_dir)))
+    process = plane.spawn(
+        f"{addon.name}-controller",
+        binary,
+        [f"--config={config_path}", f"--kubeconfig={plane.kubeconfig}", "--zap-log-level=info"],
+    )
+    ca = plane.layout.certs.ca_cert
+    context = ssl.create_default_context(cafile=str(ca))
+
+    def healthy() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=2) as response:
+            return bool(response.status == 200)
+
+    def serving_webhooks() -> bool:
+        with (
+            socket.create_connection(("127.0.0.1", webhook_port), timeout=2) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1"),
+        ):
+            return True
+
+    _wait(healthy, f"the {addon.name} controller", process.log)
+    _wait(serving_webhooks, f"the {addon.name} webhooks", process.log)
+    url = f"https://127.0.0.1:{webhook_port}"
+    apply_documents(api, webhook_configurations(addon, root, url, ca.read_bytes()))
