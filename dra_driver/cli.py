@@ -25,6 +25,13 @@ def _add_discovery_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--profile", help="simulated backend: profile file, or a shipped name such as h100-8x")
     add_flag(parser, "--sys-root", type=Path, default=DEFAULT_SYS_ROOT, help="sysfs root (a fake tree in tests)")
     add_flag(parser, "--fault-file", type=Path, help="simulated backend: YAML `unhealthy: [index|uuid, ...]`")
+    add_flag(
+        parser,
+        "--driver-root",
+        type=Path,
+        default=Path("/"),
+        help="nvml backend: the host driver root (mounted read-only) whose libnvidia-ml.so.1 is loaded",
+    )
 
 
 def _add_publish_flags(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +61,7 @@ def publish_config_from(args: argparse.Namespace) -> PublishConfig:
 
 
 def _backend(args: argparse.Namespace) -> Backend:
-    return make_backend(args.backend, args.profile, args.sys_root, args.fault_file)
+    return make_backend(args.backend, args.profile, args.sys_root, args.fault_file, args.driver_root)
 
 
 def _plugin(args: argparse.Namespace) -> int:

@@ -13,14 +13,18 @@ BACKENDS = ("nvml", "sysfs", "simulated")
 
 
 def make_backend(
-    name: str, profile: str | None = None, sys_root: Path = Path("/sys"), fault_file: Path | None = None
+    name: str,
+    profile: str | None = None,
+    sys_root: Path = Path("/sys"),
+    fault_file: Path | None = None,
+    driver_root: Path = Path("/"),
 ) -> Backend:
     if name == "simulated":
         if not profile:
             raise DiscoveryError("--backend simulated needs --profile (a file or a shipped profile name)")
         return SimulatedBackend(profile, fault_file)
     if name == "nvml":
-        return NvmlBackend(sys_root=sys_root)
+        return NvmlBackend(sys_root=sys_root, driver_root=driver_root)
     if name == "sysfs":
         return SysfsBackend(sys_root=sys_root)
     raise DiscoveryError(f"--backend {name!r}: choose one of {', '.join(BACKENDS)}")

@@ -46,6 +46,9 @@ MIG_ENABLED = 1
 CRITICAL_XID_EVENTS = 0x0000000000000008  # nvmlEventTypeXidCriticalError
 DOUBLE_BIT_ECC_EVENT = 0x0000000000000002
 IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+NVML_LIBRARY = "libnvidia-ml.so.1"
+# Library directories under the driver root, in the order distributions and the GPU operator use.
+LIBRARY_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "lib64", "usr/lib", "lib")
 
 
 def brand_name(nvml: Any, value: int) -> str:
@@ -62,7 +65,31 @@ def cuda_version(encoded: int) -> str:
     return f"{encoded // 1000}.{(encoded % 1000) // 10}"
 
 
-def load_nvml() -> Any:
+def nvml_library_candidates(driver_root: Path) -> list[Path]:
+    """Where the driver's NVML may lie under the host driver root, in search order."""
+    return [driver_root / directory / NVML_LIBRARY for directory in LIBRARY_DIRS]
+
+
+def find_nvml_library(driver_root: Path) -> Path | None:
+    """The first candidate that exists: the plugin image has no driver, the host root does."""
+    return next((path for path in nvml_library_candidates(driver_root) if path.is_file()), None)
+
+
+def _preload(nvml: Any, driver_root: Path) -> None:
+    """Hand pynvml the driver root's library (it then skips its own dlopen by soname); loaded
+    RTLD_GLOBAL so libraries that ask for the soname later get the same one."""
+    library = find_nvml_library(driver_root)
+    if library is None:
+        return
+    try:
+        nvml.nvmlLib = ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    except OSError as error:
+        log.warning("cannot load %s (%s); falling back to the normal library search", library, error)
+        return
+    log.info("NVML loaded from %s", library)
+
+
+def load_nvml(driver_root: Path = Path("/")) -> Any:
     """Import and initialise NVML, or say clearly why not and what to use instead."""
     try:
         nvml = importlib.import_module("pynvml")
@@ -71,12 +98,15 @@ def load_nvml() -> Any:
             "the nvml backend needs the nvidia-ml-py package (module pynvml); "
             "install it or use --backend sysfs / --backend simulated --profile NAME"
         ) from error
+    _preload(nvml, driver_root)
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as error:
+        tried = ", ".join(str(path) for path in nvml_library_candidates(driver_root))
         raise DiscoveryError(
-            f"NVML is not available on this node ({error}): no NVIDIA driver or libnvidia-ml.so.1 is "
-            "not visible to the plugin. Use --backend sysfs for other vendors, or "
+            f"NVML is not available on this node ({error}): no NVIDIA driver or {NVML_LIBRARY} is "
+            f"not visible to the plugin (tried {tried}, then the system library search; set --driver-root "
+            "to the host driver root). Use --backend sysfs for other vendors, or "
             "--backend simulated --profile NAME to try nativedra without GPUs."
         ) from error
     return nvml
@@ -177,8 +207,8 @@ class NvmlBackend:
     name = "nvml"
     can_prepare_mig = False  # MIG instances are not created on demand on real GPUs yet
 
-    def __init__(self, sys_root: Path = Path("/sys"), nvml: Any = None) -> None:
-        self.nvml = nvml if nvml is not None else load_nvml()
+    def __init__(self, sys_root: Path = Path("/sys"), nvml: Any = None, driver_root: Path = Path("/")) -> None:
+        self.nvml = nvml if nvml is not None else load_nvml(driver_root)
         self.sys_root = sys_root
         self.unhealthy: set[str] = set()
 

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from dra_driver.discovery import DiscoveryError
-from dra_driver.discovery.nvml import NvmlBackend, cuda_version, load_nvml, read_inventory
+from dra_driver.discovery.nvml import (
+    NvmlBackend,
+    cuda_version,
+    find_nvml_library,
+    load_nvml,
+    nvml_library_candidates,
+    read_inventory,
+)
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from tests.dra_driver.discovery.fake_nvml import FakeNvml
 from tests.dra_driver.discovery.fakesys import FakePciDevice, build_sysfs
@@ -62,3 +69,33 @@ def test_missing_nvml_says_so_and_suggests_another_backend(monkeypatch: pytest.M
 
 def test_cuda_version_format() -> None:
     assert cuda_version(12040) == "12.4"
+
+
+def test_nvml_is_found_under_the_driver_root_in_search_order(tmp_path: Path) -> None:
+    assert find_nvml_library(tmp_path) is None
+    for directory in ("lib", "usr/lib/x86_64-linux-gnu"):
+        (tmp_path / directory).mkdir(parents=True)
+        (tmp_path / directory / "libnvidia-ml.so.1").write_bytes(b"not a library")
+    (tmp_path / "usr/lib64").mkdir()
+    (tmp_path / "usr/lib64/libnvidia-ml.so.1").mkdir()  # a directory of that name is not the library
+    assert find_nvml_library(tmp_path) == tmp_path / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+
+
+def test_an_unloadable_library_falls_back_and_the_error_names_the_paths_tried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pynvml  # noqa: PLC0415
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib/libnvidia-ml.so.1").write_bytes(b"not a library")
+
+    def library_not_found() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", library_not_found)
+    with pytest.raises(DiscoveryError) as error:
+        load_nvml(tmp_path)
+    assert pynvml.nvmlLib is None, "a library that does not load is not handed to pynvml"
+    for path in nvml_library_candidates(tmp_path):
+        assert str(path) in str(error.value)
+    assert str(tmp_path / "usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1") in str(error.value)
