@@ -2,36 +2,40 @@
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 from decimal import Decimal
 
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
+from extender.lru import LruCache
 from extender.model import Node, NodeDevice, Usage, take
 
 
 class Matcher:
-    """Devices of a node that match a selector tuple, computed once per node version."""
+    """Devices of a node that match a selector tuple, computed once per node version. The cache is
+    keyed by what pods ask for, so it is bounded (least recently used out): a stream of distinct
+    selectors costs recomputation, never memory."""
 
-    def __init__(self, selectors: Selectors, driver: str) -> None:
+    CACHE_SIZE = 65_536
+
+    def __init__(self, selectors: Selectors, driver: str, cache_size: int = CACHE_SIZE) -> None:
         self.selectors = selectors
         self.driver = driver
-        self._cache: dict[tuple[str, tuple[str, ...]], tuple[Node, list[NodeDevice]]] = {}
-        self._lock = threading.Lock()
+        self._cache: LruCache[tuple[str, tuple[str, ...]], tuple[Node, list[NodeDevice]]] = LruCache(cache_size)
 
     def matching(self, node: Node, expressions: tuple[str, ...]) -> list[NodeDevice]:
         key = (node.name, expressions)
-        with self._lock:
-            cached = self._cache.get(key)
+        cached = self._cache.get(key)
         if cached is not None and cached[0] is node:
             return cached[1]
         found = [
             d for d in node.devices.values() if not d.tainted and self.selectors.all_match(list(expressions), d.view)
         ]
-        with self._lock:
-            self._cache[key] = (node, found)
+        self._cache.put(key, (node, found))
         return found
+
+    def __len__(self) -> int:
+        return len(self._cache)
 
 
 def _counters_allow(node: Node, usage: Usage, device: NodeDevice) -> bool:
@@ -44,16 +48,25 @@ def _counters_allow(node: Node, usage: Usage, device: NodeDevice) -> bool:
     return True
 
 
-def available(node: Node, usage: Usage, device: NodeDevice, request: Request) -> bool:
+def consumed(node: Node, usage: Usage, device: NodeDevice, request: Request) -> dict[str, Decimal] | None:
+    """What serving `request` takes of `device` (shared capacity by its request policy; a whole
+    device takes nothing measurable), or None if the device is not free enough for it."""
     if device.multi:
+        taken = device.consumption(dict(request.capacity))
+        if taken is None:
+            return None
         used = usage.shared.get(device.name, {})
-        for name, amount in request.capacity:
-            limit = device.capacity(name)
-            if limit is None or used.get(name, Decimal(0)) + amount > limit:
-                return False
+        if any(used.get(name, Decimal(0)) + amount > (device.capacity(name) or 0) for name, amount in taken.items()):
+            return None
     elif device.name in usage.devices:
-        return False
-    return _counters_allow(node, usage, device)
+        return None
+    else:
+        taken = {}
+    return taken if _counters_allow(node, usage, device) else None
+
+
+def available(node: Node, usage: Usage, device: NodeDevice, request: Request) -> bool:
+    return consumed(node, usage, device, request) is not None
 
 
 def _attribute_key(attribute: str, driver: str) -> str:
@@ -63,7 +76,8 @@ def _attribute_key(attribute: str, driver: str) -> str:
 
 def _pick(
     node: Node, usage: Usage, request: Request, candidates: list[NodeDevice], driver: str
-) -> list[NodeDevice] | None:
+) -> list[tuple[NodeDevice, dict[str, Decimal]]] | None:
+    """The devices that serve `request`, each with what it takes of them."""
     groups: list[list[NodeDevice]] = [candidates]
     if request.match_attribute:
         key = _attribute_key(request.match_attribute, driver)
@@ -73,11 +87,12 @@ def _pick(
         groups = sorted(by_value.values(), key=len)  # the tightest group that fits keeps bigger ones whole
     for group in groups:
         working = usage.copy()
-        picked: list[NodeDevice] = []
+        picked: list[tuple[NodeDevice, dict[str, Decimal]]] = []
         for device in group:
-            if available(node, working, device, request):
-                take(working, device, dict(request.capacity))
-                picked.append(device)
+            taken = consumed(node, working, device, request)
+            if taken is not None:
+                take(working, device, taken)
+                picked.append((device, taken))
                 if not request.all_devices and len(picked) == request.count:
                     return picked
         if request.all_devices and picked and len(picked) == len(group):
@@ -92,19 +107,27 @@ def place(node: Node, usage: Usage, demand: Demand, matcher: Matcher) -> Usage |
         picked = _pick(node, working, request, matcher.matching(node, request.selectors), matcher.driver)
         if picked is None:
             return None
-        for device in picked:
-            take(working, device, dict(request.capacity))
+        for device, taken in picked:
+            take(working, device, taken)
     return working
 
 
 def members_fit(node: Node, usage: Usage, demand: Demand, limit: int, matcher: Matcher) -> tuple[int, Usage]:
-    """How many pods of `demand` fit on `node` (at most `limit`), and the usage after placing them."""
+    """How many pods of `demand` fit on `node` (at most `limit`), and the usage after placing them.
+
+    Never more rounds than the node's devices can hold allocations: each pod placed takes at
+    least one. A pod that takes nothing measurable (a shared device without capacities) fits as
+    often as asked, so it is not counted out one by one."""
+    if node.allocations is not None:
+        limit = min(limit, node.allocations)
     count = 0
     working = usage
     while count < limit:
         after = place(node, working, demand, matcher)
         if after is None:
             break
+        if after == working:
+            return limit, working
         working = after
         count += 1
     return count, working
@@ -112,3 +135,28 @@ def members_fit(node: Node, usage: Usage, demand: Demand, limit: int, matcher: M
 
 def free_matching(node: Node, usage: Usage, request: Request, matcher: Matcher) -> list[NodeDevice]:
     return [d for d in matcher.matching(node, request.selectors) if available(node, usage, d, request)]
+
+
+def _servings(device: NodeDevice, request: Request) -> int | None:
+    """How many allocations for `request` an idle `device` holds (None: no capacity bounds it)."""
+    if not device.multi:
+        return 1
+    taken = device.consumption(dict(request.capacity))
+    if taken is None:
+        return 0
+    bounds = [int((device.capacity(name) or 0) // amount) for name, amount in taken.items() if amount > 0]
+    return min(bounds) if bounds else None
+
+
+def most_members(demand: Demand, nodes: dict[str, Node], matcher: Matcher) -> int | None:
+    """The most pods of `demand` the whole cluster could hold with nothing else running: per
+    request, the allocations its matching devices can hold over those one pod takes. None when
+    no request is bounded (devices shared without capacities)."""
+    most: int | None = None
+    for request in demand.requests:
+        servings = [_servings(d, request) for node in nodes.values() for d in matcher.matching(node, request.selectors)]
+        if None in servings:
+            continue
+        members = sum(s for s in servings if s is not None) // (1 if request.all_devices else max(1, request.count))
+        most = members if most is None else min(most, members)
+    return most
