@@ -9,6 +9,7 @@ claims run in parallel.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from urllib3.exceptions import HTTPError
 
 from cdi.spec import Spec
 from cdi.store import SpecStore, is_kubernetes_uid, spec_text
@@ -35,6 +37,8 @@ from kube.resources import RESOURCE_CLAIMS
 from kube.units import quantity
 
 log = logging.getLogger(__name__)
+# Every API call made while the kubelet waits ends well before the kubelet's DRA call timeout (45 s).
+API_TIMEOUT_S = 10.0
 CRASH_POINT_ENV = "NATIVEDRA_TEST_CRASH_POINT"  # crash-safety tests only: SIGKILL ourselves at a step
 
 PublishedDevices = Callable[[], Mapping[str, PublishedDevice]]
@@ -87,16 +91,33 @@ def _consumed(result: dict[str, Any]) -> dict[str, int] | None:
     return {name: int(quantity(value)) for name, value in consumed.items()}
 
 
-def api_claim_reader(api: client.ApiClient) -> ClaimReader:
-    """Reads claims from the API server; a missing claim or a failed read names the claim."""
+def bounded_client(api: client.ApiClient) -> client.ApiClient:
+    """A client for calls made while the kubelet waits: no urllib3 retries, so a request's
+    `_request_timeout` is its whole duration (the default retries a timed-out GET three times)."""
+    configuration = copy.deepcopy(api.configuration)
+    configuration.retries = 0
+    return client.ApiClient(configuration)
+
+
+def api_claim_reader(api: client.ApiClient, timeout_s: float = API_TIMEOUT_S) -> ClaimReader:
+    """Reads claims from the API server within `timeout_s`; a missing claim, a failed read or an
+    API server that does not answer is an error naming the claim."""
+    bounded = bounded_client(api)
 
     def read(ref: ClaimRef) -> dict[str, Any]:
         try:
-            return RESOURCE_CLAIMS.get(api, ref.name, ref.namespace)
+            return RESOURCE_CLAIMS.get(bounded, ref.name, ref.namespace, _request_timeout=timeout_s)
         except client.ApiException as error:
             if error.status == 404:
                 raise PrepareError("not_found", f"claim {ref}: not found in the API") from error
             raise PrepareError("api_error", f"claim {ref}: reading it failed: {error.status} {error.reason}") from error
+        except HTTPError as error:  # no answer in time, connection refused or reset
+            cause = getattr(error, "reason", None) or error
+            raise PrepareError(
+                "api_error",
+                f"claim {ref}: reading it from the API server failed within {timeout_s:g} s "
+                f"({type(cause).__name__}: {cause})",
+            ) from error
 
     return read
 
