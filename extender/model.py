@@ -6,8 +6,11 @@ lives only in memory.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from extender.cel_eval import device_view
@@ -35,6 +38,82 @@ class NodeDevice:
         value = self.raw.get("capacity", {}).get(name)
         return quantity(value["value"]) if value else None
 
+    @cached_property
+    def _capacities(self) -> dict[str, _Capacity]:
+        return {name: _Capacity.parse(entry) for name, entry in (self.raw.get("capacity") or {}).items()}
+
+    def consumption(self, requested: Mapping[str, Decimal]) -> dict[str, Decimal] | None:
+        """What one allocation asking `requested` takes of this shared device, charged as the DRA
+        allocator charges it: a capacity not asked for still costs its policy's default (the whole
+        capacity without a policy), so a share can never be free. None when the request asks for
+        a capacity the device lacks or breaks its policy: the device cannot serve it."""
+        if any(name not in self._capacities for name in requested):
+            return None
+        consumed = {}
+        for name, capacity in self._capacities.items():
+            amount = capacity.charge(requested.get(name))
+            if amount is None:
+                return None
+            consumed[name] = amount
+        return consumed
+
+    @cached_property
+    def allocations(self) -> int | None:
+        """The most allocations this device can ever hold at once (None: no capacity bounds it),
+        which bounds every loop that places pods on it."""
+        if not self.multi:
+            return 1
+        bounds = [c.value // c.smallest for c in self._capacities.values() if c.smallest]
+        return int(min(bounds)) if bounds else None
+
+
+@dataclass(frozen=True)
+class _Capacity:
+    """One consumable capacity of a shared device and its request policy."""
+
+    value: Decimal
+    default: Decimal | None
+    valid_values: tuple[Decimal, ...]
+    low: Decimal | None
+    high: Decimal | None
+    step: Decimal | None
+
+    @classmethod
+    def parse(cls, entry: dict[str, Any]) -> _Capacity:
+        policy = entry.get("requestPolicy") or {}
+        valid = policy.get("validRange") or {}
+
+        def optional(text: str | None) -> Decimal | None:
+            return quantity(text) if text is not None else None
+
+        return cls(
+            quantity(entry["value"]),
+            optional(policy.get("default")),
+            tuple(sorted(quantity(v) for v in policy.get("validValues") or [])),
+            optional(valid.get("min")),
+            optional(valid.get("max")),
+            optional(valid.get("step")),
+        )
+
+    @property
+    def smallest(self) -> Decimal | None:
+        """The least one allocation can take (None: any amount, however small)."""
+        return self.valid_values[0] if self.valid_values else self.low
+
+    def charge(self, requested: Decimal | None) -> Decimal | None:
+        """The amount consumed for `requested` (None: not asked), or None if the policy forbids it."""
+        if requested is None:
+            return self.default if self.default is not None else self.value
+        if self.valid_values:
+            return next((v for v in self.valid_values if v >= requested), None)
+        if self.low is not None:
+            requested = max(requested, self.low)
+            if self.step:
+                requested = self.low + math.ceil((requested - self.low) / self.step) * self.step
+        if self.high is not None and requested > self.high:
+            return None
+        return requested
+
 
 @dataclass
 class Node:
@@ -42,6 +121,13 @@ class Node:
     labels: dict[str, str]
     devices: dict[str, NodeDevice] = field(default_factory=dict)
     counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+
+    @cached_property
+    def allocations(self) -> int | None:
+        """The most allocations all its devices can hold at once (None: unbounded). Devices never
+        change in a Node object: the state builds a new one when a slice changes."""
+        counts = [device.allocations for device in self.devices.values()]
+        return None if None in counts else sum(c for c in counts if c is not None)
 
 
 def nodes_from(node_objects: list[dict[str, Any]], slices: list[dict[str, Any]], driver: str) -> dict[str, Node]:
@@ -93,12 +179,28 @@ class Usage:
     shared: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # multi device -> capacity used
     counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # counter set -> used
 
+    def within(self, other: Usage) -> bool:
+        """Everything used here is used in `other` too (nothing was freed going from self to other)."""
+        return (
+            self.devices <= other.devices
+            and _amounts_within(self.shared, other.shared)
+            and _amounts_within(self.counters, other.counters)
+        )
+
     def copy(self) -> Usage:
         return Usage(
             set(self.devices),
             {d: dict(c) for d, c in self.shared.items()},
             {s: dict(c) for s, c in self.counters.items()},
         )
+
+
+def _amounts_within(mine: dict[str, dict[str, Decimal]], theirs: dict[str, dict[str, Decimal]]) -> bool:
+    return all(
+        amount <= theirs.get(key, {}).get(name, Decimal(0))
+        for key, amounts in mine.items()
+        for name, amount in amounts.items()
+    )
 
 
 def usage_from(claims: list[dict[str, Any]], nodes: dict[str, Node], driver: str) -> dict[str, Usage]:

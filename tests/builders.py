@@ -14,13 +14,18 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.slices import build_slices
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED
-from extender.model import Node, Usage, nodes_from
+from extender.model import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
 
 DRIVER = "gpu.nativedra.dev"
 GPU = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"
 FRACTION = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'fraction'"
 GPU_CLASS: dict[str, Any] = {"metadata": {"name": DRIVER}, "spec": {"selectors": [{"cel": {"expression": GPU}}]}}
+SHARE = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'share'"
+SHARE_CLASS: dict[str, Any] = {
+    "metadata": {"name": f"share.{DRIVER}"},
+    "spec": {"selectors": [{"cel": {"expression": SHARE}}]},
+}
 FRACTION_CLASS: dict[str, Any] = {
     "metadata": {"name": f"fraction.{DRIVER}"},
     "spec": {"selectors": [{"cel": {"expression": FRACTION}}]},
@@ -29,22 +34,29 @@ CREATED = "2026-11-29T00:00:00Z"
 
 
 def node_objects(
-    labels_by_node: dict[str, dict[str, str]], profile: str = "a100-8x", fractions: tuple[int, ...] = ()
+    labels_by_node: dict[str, dict[str, str]],
+    profile: str = "a100-8x",
+    fractions: tuple[int, ...] = (),
+    shares: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Node objects and their ResourceSlices (complete pools, generation 1), as the watches see them."""
+    """Node objects and their ResourceSlices (complete pools, generation 1), as the watches see them;
+    with `shares`, every GPU is published as one shared device (consumable capacity)."""
     inventory = load_profile(resolve_profile(profile))
+    publish = PublishConfig(fractions=fractions, share_gpus="all" if shares else ())
     nodes, slices = [], []
     for name, labels in labels_by_node.items():
         nodes.append({"metadata": {"name": name, "labels": labels}})
-        for index, spec in enumerate(build_slices(inventory, PublishConfig(fractions=fractions), name)):
+        for index, spec in enumerate(build_slices(inventory, publish, name)):
             spec["pool"]["generation"] = 1
             slices.append({"metadata": {"name": f"{name}-slice-{index}"}, "spec": spec})
     return nodes, slices
 
 
-def gpu_nodes(labels_by_node: dict[str, dict[str, str]], fractions: tuple[int, ...] = ()) -> dict[str, Node]:
-    """Node models of 8 A100s each (no fractions unless asked: whole-GPU planning stays readable)."""
-    return nodes_from(*node_objects(labels_by_node, fractions=fractions), DRIVER)
+def gpu_nodes(
+    labels_by_node: dict[str, dict[str, str]], fractions: tuple[int, ...] = (), shares: bool = False
+) -> dict[str, Node]:
+    """Node models of 8 A100s each (no fractions or shares unless asked: whole-GPU planning stays readable)."""
+    return nodes_from(*node_objects(labels_by_node, fractions=fractions, shares=shares), DRIVER)
 
 
 def racks(counts: dict[str, int], label: str = "rack") -> dict[str, Node]:
@@ -61,14 +73,16 @@ def claim_template(name: str, count: int, device_class: str = DRIVER, namespace:
     }
 
 
-def allocated_claim(name: str, node: str, devices: list[str], namespace: str = "ns") -> dict[str, Any]:
-    """A ResourceClaim the scheduler allocated on `node` (whole devices of our driver)."""
+def allocated_claim(
+    name: str, node: str, devices: list[str], namespace: str = "ns", reserved_for: str | None = None
+) -> dict[str, Any]:
+    """A ResourceClaim the scheduler allocated on `node` (whole devices of our driver), reserved
+    for pod `reserved_for` as the scheduler's PreBind writes it (before the pod gets its node)."""
     results = [{"request": "gpus", "driver": DRIVER, "pool": node, "device": device} for device in devices]
-    return {
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {},
-        "status": {"allocation": {"devices": {"results": results}}},
-    }
+    status: dict[str, Any] = {"allocation": {"devices": {"results": results}}}
+    if reserved_for:
+        status["reservedFor"] = [{"resource": "pods", "name": reserved_for, "uid": f"uid-{reserved_for}"}]
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {}, "status": status}
 
 
 def gang_labels(name: str, size: int, required: str | None = None) -> dict[str, str]:
@@ -85,18 +99,32 @@ def pod(
     annotations: dict[str, str] | None = None,
     template: str | None = None,
     created: str | None = None,
+    claim: str | None = None,
+    node: str | None = None,
+    phase: str | None = None,
 ) -> dict[str, Any]:
-    """A pending pod; with `template`, it claims devices through that ResourceClaimTemplate."""
+    """A pending pod (uid `uid-<name>`); with `template`, it claims devices through that
+    ResourceClaimTemplate, and `claim` names the claim the controller generated from it; with
+    `node`, it is bound there; `phase` is its status phase (e.g. Succeeded)."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
+        "uid": f"uid-{name}",
         "labels": labels or {},
         "annotations": annotations or {},
     }
     if created:
         metadata["creationTimestamp"] = created
     claims = [{"name": "gpus", "resourceClaimTemplateName": template}] if template else []
-    return {"metadata": metadata, "spec": {"resourceClaims": claims, "containers": []}}
+    spec: dict[str, Any] = {"resourceClaims": claims, "containers": []}
+    if node:
+        spec["nodeName"] = node
+    status: dict[str, Any] = {}
+    if claim:
+        status["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": claim}]
+    if phase:
+        status["phase"] = phase
+    return {"metadata": metadata, "spec": spec, "status": status}
 
 
 def view(
@@ -106,14 +134,19 @@ def view(
     pods: Sequence[dict[str, Any]] = (),
     templates: Sequence[dict[str, Any]] = (),
     classes: Sequence[dict[str, Any]] = (GPU_CLASS,),
+    claims: Sequence[dict[str, Any]] = (),
+    version: int = 1,
 ) -> ClusterView:
-    """A cluster view as the watches would build it; nothing in use unless `usage` says so."""
+    """A cluster view as the watches would build it; nothing in use unless `usage` says so, or
+    allocated `claims` (their devices are counted as in use, as the watches count them)."""
+    if usage is None:
+        usage = usage_from(list(claims), nodes, DRIVER)
     return ClusterView(
-        version=1,
+        version=version,
         nodes=nodes,
-        usage=usage if usage is not None else {name: Usage() for name in nodes},
+        usage=usage,
         pods={(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods},
-        claims={},
+        claims={(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims},
         templates={(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in templates},
         classes={c["metadata"]["name"]: c for c in classes},
     )
