@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import threading
 import time
 from datetime import datetime
@@ -10,12 +13,14 @@ from typing import Any
 from extender.capacity import Matcher, place
 from extender.cel_eval import Selectors
 from extender.config import ExtenderConfig
-from extender.demand import Demand, demand_of
+from extender.demand import Demand, allocated_node, demand_of
 from extender.gang import GangRef, gang_of
 from extender.model import Node, Usage
-from extender.planner import ClusterPlan, Gang, Member, plan_cluster
+from extender.planner import ClusterPlan, Gang, HoldClock, Limits, Member, Plan, plan_cluster
 from extender.scoring import score
 from extender.view import ClusterView
+
+plan_log = logging.getLogger("extender.plan")
 
 
 def _timestamp(text: str | None) -> float:
@@ -33,14 +38,37 @@ def _key(pod: dict[str, Any]) -> tuple[str, str]:
     return pod["metadata"]["namespace"], pod["metadata"]["name"]
 
 
+def _body(view: ClusterView, pod: dict[str, Any]) -> str | None:
+    """What the pod being asked about adds to the view: nothing when the view holds this very pod
+    (same uid and resourceVersion, or the same body); else a digest of the body, since anything
+    in it (labels, claims, spec) can change the plan: two bodies with one name are two questions."""
+    known = view.pods.get(_key(pod))
+    if known is not None:
+        mine, theirs = pod["metadata"], known["metadata"]
+        version = mine.get("resourceVersion")
+        same_version = version and (mine.get("uid"), version) == (theirs.get("uid"), theirs.get("resourceVersion"))
+        if same_version or known == pod:
+            return None
+    return hashlib.sha256(json.dumps(pod, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _summary(plan: Plan) -> tuple[object, ...]:
+    return plan.feasible, plan.domain, tuple(sorted(plan.slots.items())), plan.reason
+
+
 class Decider:
     def __init__(self, config: ExtenderConfig) -> None:
         self.config = config
         self.matcher = Matcher(Selectors(), config.driver)
-        self._plan_cache: tuple[tuple[int, int, tuple[tuple[str, str], ...]], ClusterPlan] | None = None
+        self.limits = Limits(config.plan_timeout_seconds, config.plan_budget_seconds, config.max_gang_size)
+        # One plan, for (view version, body of the pod asked about unless the view holds it); it
+        # also depends on time only through holds expiring, so it is kept until the first does.
+        self._plan_cache: tuple[tuple[int, str | None], ClusterPlan] | None = None
         self._lock = threading.Lock()
-        # gang -> domain it was last planned into (keeps members answered but not yet bound together)
-        self._domains: dict[str, str] = {}
+        # Hold clocks of the gangs in the last plan (expired holds wait for a change to hold again).
+        self._clocks: dict[str, HoldClock] = {}
+        # What was last logged per gang in the last plan, so a plan is logged when it changes.
+        self._logged: dict[str, tuple[object, ...]] = {}
         # node -> (node object, usage object, demand, score): both objects are replaced on any change
         self._scores: dict[str, tuple[Node, Usage, Demand, int]] = {}
 
@@ -58,10 +86,9 @@ class Decider:
             pods[_key(extra)] = extra  # the pod being asked about, even if the watch has not delivered it yet
         gangs: dict[str, Gang] = {}
         for pod in pods.values():
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or pod["metadata"].get(
-                "deletionTimestamp"
-            ):
-                continue
+            phase = (pod.get("status") or {}).get("phase")
+            if phase == "Failed" or pod["metadata"].get("deletionTimestamp"):
+                continue  # gone for good; its controller creates a replacement if one is needed
             ref = self.gang(view, pod)
             if ref is None:
                 continue
@@ -69,37 +96,45 @@ class Decider:
             gang.members.append(
                 Member(
                     pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}",
-                    node=(pod.get("spec") or {}).get("nodeName"),
+                    node=(pod.get("spec") or {}).get("nodeName")
+                    or allocated_node(pod, view.claims, self.config.driver),
                     demand=self.demand(view, pod, include_allocated=True),
                     created=_timestamp(pod["metadata"].get("creationTimestamp")),
                     bound_at=_bound_at(pod),
                     spec=pod.get("spec") or {},
+                    done=phase == "Succeeded",
                 )
             )
         return list(gangs.values())
 
     def plan(self, view: ClusterView, pod: dict[str, Any], now: float) -> ClusterPlan:
-        extra_key = (_key(pod),) if _key(pod) not in view.pods else ()
-        cache_key = (view.version, int(now), extra_key)
+        cache_key = (view.version, _body(view, pod))
         with self._lock:
-            if self._plan_cache and self._plan_cache[0] == cache_key:
+            if self._plan_cache and self._plan_cache[0] == cache_key and now < self._plan_cache[1].valid_until:
                 return self._plan_cache[1]
-        gangs = self.gangs(view, pod)
-        with self._lock:
-            sticky = dict(self._domains)
+            clocks = self._clocks
         result = plan_cluster(
-            view.nodes,
-            view.usage,
-            gangs,
-            self.matcher,
-            now=now,
-            timeout=self.config.plan_timeout_seconds,
-            sticky=sticky,
+            view.nodes, view.usage, self.gangs(view, pod), self.matcher, now=now, limits=self.limits, clocks=clocks
         )
         with self._lock:
             self._plan_cache = (cache_key, result)
-            self._domains = {key: plan.domain_value for key, plan in result.plans.items() if plan.domain_value}
+            self._clocks = result.clocks
+            self._log_changes(result)
         return result
+
+    def _log_changes(self, result: ClusterPlan) -> None:
+        """Each gang's plan once per change: planned ones at INFO, rejections at DEBUG."""
+        logged = {}
+        for key, plan in result.plans.items():
+            logged[key] = summary = _summary(plan)
+            if self._logged.get(key) == summary:
+                continue
+            if plan.feasible and plan.slots:
+                nodes = ", ".join(sorted(plan.slots))
+                plan_log.info("gang %s planned onto %s: %s (%s)", key, plan.domain, nodes, plan.reason)
+            elif not plan.feasible:
+                plan_log.debug("gang %s not placed: %s", key, plan.reason)
+        self._logged = logged
 
     def filter(
         self, view: ClusterView, pod: dict[str, Any], names: list[str], now: float | None = None

@@ -123,3 +123,31 @@ def demand_of(
         else:
             requests.extend(found)
     return Demand(tuple(requests), tuple(unresolved))
+
+
+def _reserved_for(claim: dict[str, Any], pod: dict[str, Any]) -> bool:
+    uid = pod["metadata"].get("uid")
+    return any(
+        consumer.get("resource") == "pods"
+        and consumer.get("name") == pod["metadata"]["name"]
+        and (not uid or consumer.get("uid") in (None, uid))
+        for consumer in (claim.get("status") or {}).get("reservedFor") or []
+    )
+
+
+def allocated_node(pod: dict[str, Any], claims: dict[tuple[str, str], dict[str, Any]], driver: str) -> str | None:
+    """The node a pod's claim was allocated on for this pod, before the pod has a nodeName.
+
+    The scheduler writes a claim's allocation (reserved for the pod) before it binds the pod: in
+    between, the pod's devices are already in use, so the pod is placed, not waiting. A shared
+    claim allocated earlier for other pods does not place this one until it is reserved for it."""
+    namespace = pod["metadata"]["namespace"]
+    for claim_name in pod_claim_names(pod).values():
+        claim = claims.get((namespace, claim_name)) if claim_name else None
+        if claim is None or not _reserved_for(claim, pod):
+            continue
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in allocation.get("devices", {}).get("results") or []:
+            if result.get("driver") == driver and result.get("pool"):
+                return str(result["pool"])
+    return None

@@ -2,19 +2,26 @@
 
 Each gang's remaining members are planned into one domain at its required (or preferred)
 topology level, best-fit: the feasible domain with the least room to spare, so big free domains
-stay whole. A gang that already has bound members stays in their domain. Capacity planned for a
-gang is held against every later gang and every pod outside a gang. A gang that cannot be placed
-holds nothing, so it never blocks others, and says why. A hold expires after the plan timeout with
-no progress; the gang then waits behind the others for one timeout (backoff) before holding again.
+stay whole. A gang that already has placed members (bound, or with a claim allocated for them)
+stays in their domain: that is read from the API, so every extender replica, restarted or not,
+answers the same. Capacity planned for a gang is held against every later gang and every pod
+outside a gang. A gang that cannot be placed holds nothing, so it never blocks others, and says
+why. A hold expires after the plan timeout with no progress; the gang then plans behind the others
+without holding until its members change or capacity is freed on a node it may use, which starts
+a new hold. Every loop is bounded by the cluster (a gang larger than the cluster could ever hold is
+refused) and every gang's planning by a time budget.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.capacity import Matcher, members_fit
+from extender.capacity import Matcher, members_fit, most_members
 from extender.demand import Demand
 from extender.eligibility import eligible
 from extender.gang import GangRef
@@ -26,11 +33,12 @@ ANYWHERE = "the cluster"
 @dataclass(frozen=True)
 class Member:
     pod: str  # namespace/name
-    node: str | None  # bound node
+    node: str | None  # node it is bound to, or its claim is allocated on (placed)
     demand: Demand
     created: float  # unix seconds
     bound_at: float | None = None
     spec: dict[str, Any] = field(default_factory=dict, compare=False)  # for node eligibility
+    done: bool = False  # Succeeded: it needs no capacity any more, and holds no domain
 
 
 @dataclass
@@ -44,21 +52,23 @@ class Gang:
         return max(self.ref.size or 0, len(self.members))
 
     @property
-    def bound(self) -> list[Member]:
-        return [m for m in self.members if m.node]
+    def placed(self) -> list[Member]:
+        """Members on a node now: their devices are in use, and they fix the gang's domain."""
+        return [m for m in self.members if m.node and not m.done]
 
     @property
     def remaining(self) -> int:
-        return max(0, self.size - len(self.bound))
+        """Members still to place: finished ones are done, not waiting."""
+        return max(0, self.size - len(self.placed) - sum(m.done for m in self.members))
 
     def anchor(self) -> float:
         """When the gang last made progress (created, or a member bound)."""
         times = [m.created for m in self.members] + [m.bound_at for m in self.members if m.bound_at]
-        return max(times) if self.bound else min(m.created for m in self.members)
+        return max(times) if self.placed else min(m.created for m in self.members)
 
     def representative(self) -> Member | None:
         """The newest member still to be placed (else the newest placed one) stands for those not created yet."""
-        waiting = [m for m in self.members if not m.node and m.demand.needs_devices]
+        waiting = [m for m in self.members if not m.node and not m.done and m.demand.needs_devices]
         source = waiting or [m for m in self.members if m.demand.needs_devices]
         return max(source, key=lambda m: m.created) if source else None
 
@@ -79,7 +89,17 @@ class Plan:
     domain: str = ANYWHERE
     reason: str = ""
     expired: bool = False
-    domain_value: str | None = None  # the label value of the chosen domain
+
+
+@dataclass(frozen=True)
+class HoldClock:
+    """When a gang's current hold began, and what it saw at its last plan: an expired gang holds
+    again only once its members change or capacity is freed where it may go."""
+
+    since: float
+    members: frozenset[tuple[str, str | None, bool]]
+    expired: bool
+    usage: Mapping[str, Usage] = field(default_factory=dict, compare=False)  # kept only while expired
 
 
 @dataclass
@@ -87,15 +107,60 @@ class ClusterPlan:
     plans: dict[str, Plan]
     held: dict[str, Usage]  # usage per node including holds of active gangs
     holders: dict[str, list[str]]  # node -> gangs holding capacity there
+    clocks: dict[str, HoldClock] = field(default_factory=dict)  # per gang, for the next plan
+    valid_until: float = math.inf  # the first moment a hold in it expires
 
 
-def _expired(gang: Gang, now: float, timeout: float) -> bool:
-    waited = now - gang.anchor()
-    return waited > timeout and int(waited // timeout) % 2 == 1
+@dataclass(frozen=True)
+class Limits:
+    """What bounds planning: the hold timeout, each gang's time budget (seconds of the planner's
+    clock), and an optional ceiling on gang size under what the cluster could ever hold."""
+
+    timeout: float = 300.0
+    budget: float = 2.0
+    max_gang_size: int | None = None
+
+
+class _BudgetSpentError(Exception):
+    """A gang's planning went past its budget."""
+
+
+def _freed(before: Mapping[str, Usage], now: Mapping[str, Usage]) -> bool:
+    """Capacity was freed (or a node appeared) among the nodes in `now` since `before`."""
+    return any(
+        name not in before or (before[name] is not used and not before[name].within(used)) for name, used in now.items()
+    )
+
+
+def _hold_clock(
+    gang: Gang,
+    previous: HoldClock | None,
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    *,
+    now: float,
+    timeout: float,
+) -> HoldClock:
+    """The gang's hold clock after this plan. Without a previous one (a fresh or restarted extender)
+    it starts at the gang's last progress, as read from the API."""
+    members = frozenset((m.pod, m.node, m.done) for m in gang.members)
+
+    def usable() -> dict[str, Usage]:  # only expired gangs look at usage: most plans skip the nodes
+        return {name: usage[name] for name, node in nodes.items() if gang.may_use(node)}
+
+    if previous is None:
+        since = gang.anchor()
+    elif previous.members != members or (previous.expired and _freed(previous.usage, usable())):
+        since = now
+    else:
+        since = previous.since
+    since = max(since, gang.anchor())
+    expired = now - since > timeout
+    return HoldClock(since, members, expired, usable() if expired else {})
 
 
 def _domains(nodes: dict[str, Node], level: str | None, gang: Gang) -> dict[str, list[str]]:
-    """Domain value -> nodes the gang may use there; members already bound decide the domain."""
+    """Domain value -> nodes the gang may use there; members already placed decide the domain."""
     usable = {name: node for name, node in nodes.items() if gang.may_use(node)}
     if not level:
         return {ANYWHERE: sorted(usable)}
@@ -103,9 +168,9 @@ def _domains(nodes: dict[str, Node], level: str | None, gang: Gang) -> dict[str,
     for name, node in sorted(usable.items()):
         if level in node.labels:
             domains[node.labels[level]].append(name)
-    bound = {nodes[m.node].labels.get(level) for m in gang.bound if m.node in nodes}
-    if bound:
-        return {value: names for value, names in domains.items() if value in bound}
+    placed = {nodes[m.node].labels.get(level) for m in gang.placed if m.node in nodes}
+    if placed:
+        return {value: names for value, names in domains.items() if value in placed}
     return dict(domains)
 
 
@@ -136,11 +201,14 @@ def _fit_domain(
     *,
     need: int,
     matcher: Matcher,
+    out_of_time: Callable[[], bool],
 ) -> _DomainFit:
     """How many members fit in the domain (up to `need` per node); tightest nodes come first so
     they fill before roomier ones."""
     room = []
     for name in names:
+        if out_of_time():
+            raise _BudgetSpentError
         fits, _ = members_fit(nodes[name], usage[name], demand, need, matcher)
         if fits:
             room.append((name, fits))
@@ -199,6 +267,31 @@ def _no_room(gang: Gang, demand: Demand, best_seen: tuple[int, str]) -> str:
     return f"{needs}; {best}"
 
 
+def _too_big(gang: Gang, demand: Demand, nodes: dict[str, Node], matcher: Matcher, limits: Limits) -> str | None:
+    """Why the gang can never be placed whatever frees up, if its size is past a ceiling; checked
+    before planning so no loop ever runs toward an absurd size."""
+    key, size = gang.ref.key, gang.size
+    if limits.max_gang_size is not None and size > limits.max_gang_size:
+        return f"gang {key} has {size} pods, more than maxGangSize {limits.max_gang_size}"
+    most = most_members(demand, nodes, matcher)
+    if most is not None and size > most:
+        return (
+            f"gang {key} has {size} pods of {demand.devices} device(s) each; "
+            f"this cluster could ever hold at most {most} of them"
+        )
+    return None
+
+
+def _why(gang: Gang, level: str | None) -> str:
+    """Why the plan's domain was chosen, for the log."""
+    if level and gang.placed:
+        return f"its placed members are in this {level}"
+    if level:
+        return f"best fit: the {level} with the least room to spare"
+    wanted = gang.ref.preferred_topology
+    return f"no single {wanted} has room; it is preferred, not required" if wanted else "no topology asked"
+
+
 def _plan_gang(
     gang: Gang,
     nodes: dict[str, Node],
@@ -206,28 +299,62 @@ def _plan_gang(
     matcher: Matcher,
     *,
     taken: dict[str, str],
-    sticky: str | None = None,
+    limits: Limits,
+    out_of_time: Callable[[], bool],
 ) -> tuple[Plan, dict[str, Usage]]:
     """One gang's remaining members in one domain, and the usage of the nodes the plan holds."""
     demand = gang.demand()
     settled = _settled(gang, demand)
     if settled is not None:
         return settled, {}
+    too_big = _too_big(gang, demand, nodes, matcher, limits)
+    if too_big is not None:
+        return Plan(gang.ref.key, False, reason=too_big), {}
     best_seen: tuple[int, str] = (0, "")
     for level in _levels(gang.ref):
         fits = [
-            _fit_domain(domain, names, nodes, usage, demand, need=gang.remaining, matcher=matcher)
+            _fit_domain(
+                domain, names, nodes, usage, demand, need=gang.remaining, matcher=matcher, out_of_time=out_of_time
+            )
             for domain, names in _domains(nodes, level, gang).items()
             if not _held_by_another_exclusive_gang(gang, names, taken)
         ]
         best_seen = max([best_seen, *((fit.total, fit.domain) for fit in fits)])
         candidates = [fit for fit in fits if fit.total >= gang.remaining]
         if candidates:
-            chosen = _choose(candidates, sticky)
+            chosen = min(candidates, key=lambda c: (c.total, c.domain))
             slots, changed = _assign(chosen, nodes, usage, demand, need=gang.remaining, matcher=matcher)
             where = f"{level} {chosen.domain}" if level else ANYWHERE
-            return Plan(gang.ref.key, True, slots, where, f"planned onto {where}", domain_value=chosen.domain), changed
+            return Plan(gang.ref.key, True, slots, where, _why(gang, level)), changed
     return Plan(gang.ref.key, False, reason=_no_room(gang, demand, best_seen)), {}
+
+
+def _plan_in_budget(
+    gang: Gang,
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    matcher: Matcher,
+    *,
+    taken: dict[str, str],
+    limits: Limits,
+    clock: Callable[[], float],
+) -> tuple[Plan, dict[str, Usage]]:
+    """`_plan_gang` within the gang's time budget; past it, this gang alone is not placeable yet
+    (it holds nothing) and the others are still planned."""
+    deadline = clock() + limits.budget
+    try:
+        return _plan_gang(
+            gang, nodes, usage, matcher, taken=taken, limits=limits, out_of_time=lambda: clock() > deadline
+        )
+    except _BudgetSpentError:
+        reason = (
+            f"gang {gang.ref.key} is not placeable yet: planning it took over {limits.budget:g}s; it is tried again"
+        )
+        return Plan(gang.ref.key, False, reason=reason), {}
+
+
+def _by_age(gangs: list[Gang]) -> list[Gang]:
+    return sorted(gangs, key=lambda g: (min(m.created for m in g.members), g.ref.key))
 
 
 def plan_cluster(
@@ -237,22 +364,27 @@ def plan_cluster(
     matcher: Matcher,
     *,
     now: float,
-    timeout: float,
-    sticky: dict[str, str] | None = None,
+    limits: Limits,
+    clocks: Mapping[str, HoldClock] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ClusterPlan:
     """Plans for all gangs; `held` is what pods outside these gangs may still use.
 
-    `sticky` maps a gang to the domain it was last planned into: members already answered may not
-    be bound yet, so a feasible earlier choice is kept rather than re-chosen."""
-    sticky = sticky or {}
+    `clocks` are the hold clocks the previous plan returned (none after a restart); `clock`
+    measures the planning budget."""
+    clocks = clocks or {}
     held = dict(usage)
     holders: dict[str, list[str]] = defaultdict(list)
     plans: dict[str, Plan] = {}
-    taken = {m.node: g.ref.key for g in gangs if g.ref.exclusive for m in g.bound if m.node}
-    active = [g for g in gangs if g.members and not _expired(g, now, timeout)]
-    waiting = [g for g in gangs if g.members and _expired(g, now, timeout)]
-    for gang in sorted(active, key=lambda g: (min(m.created for m in g.members), g.ref.key)):
-        plan, changed = _plan_gang(gang, nodes, held, matcher, taken=taken, sticky=sticky.get(gang.ref.key))
+    taken = {m.node: g.ref.key for g in gangs if g.ref.exclusive for m in g.placed if m.node}
+    present = [g for g in gangs if g.members]
+    after = {
+        g.ref.key: _hold_clock(g, clocks.get(g.ref.key), nodes, usage, now=now, timeout=limits.timeout) for g in present
+    }
+    active = [g for g in present if not after[g.ref.key].expired]
+    waiting = [g for g in present if after[g.ref.key].expired]
+    for gang in _by_age(active):
+        plan, changed = _plan_in_budget(gang, nodes, held, matcher, taken=taken, limits=limits, clock=clock)
         plans[gang.ref.key] = plan
         held.update(changed)
         for name in plan.slots:
@@ -260,9 +392,10 @@ def plan_cluster(
             if gang.ref.exclusive:
                 taken[name] = gang.ref.key
     after_active = dict(held)
-    for gang in sorted(waiting, key=lambda g: (min(m.created for m in g.members), g.ref.key)):
-        plan, changed = _plan_gang(gang, nodes, after_active, matcher, taken=taken, sticky=sticky.get(gang.ref.key))
+    for gang in _by_age(waiting):
+        plan, changed = _plan_in_budget(gang, nodes, after_active, matcher, taken=taken, limits=limits, clock=clock)
         plan.expired = True
         plans[gang.ref.key] = plan
         after_active.update(changed)
-    return ClusterPlan(plans, held, dict(holders))
+    valid_until = min((c.since + limits.timeout for c in after.values() if not c.expired), default=math.inf)
+    return ClusterPlan(plans, held, dict(holders), after, valid_until)

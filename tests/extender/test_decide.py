@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from datetime import datetime
 from typing import Any
+
+import pytest
 
 from extender.config import ExtenderConfig
 from extender.decide import Decider
 from extender.view import ClusterView
-from tests.builders import CREATED, claim_template, gang_labels, pod, racks, view
+from tests.builders import (
+    CREATED,
+    SHARE_CLASS,
+    allocated_claim,
+    claim_template,
+    gang_labels,
+    gpu_nodes,
+    pod,
+    racks,
+    view,
+)
 
 SOON_AFTER = datetime.fromisoformat(CREATED.replace("Z", "+00:00")).timestamp() + 10
+LATER = "2026-11-29T00:00:05Z"
 TEMPLATES = [claim_template("one", 1), claim_template("eight", 8)]
 
 
@@ -54,3 +69,124 @@ def test_a_pod_whose_template_is_not_seen_yet_waits() -> None:
     passing, failed, path = Decider(ExtenderConfig()).filter(cluster, early, names, now=SOON_AFTER)
     assert (passing, path) == ([], "unresolved")
     assert failed == dict.fromkeys(names, "waiting to see ResourceClaimTemplate ns/missing")
+
+
+FOUR = claim_template("four", 4)
+
+
+def four_gpu_member(index: int, **fields: Any) -> dict[str, Any]:
+    """Member t-<index> of gang t: 4 pods x 4 GPUs that must share one rack."""
+    return pod(f"t-{index}", labels=gang_labels("t", 4, "rack"), template="four", created=CREATED, **fields)
+
+
+def test_a_member_whose_claim_is_allocated_before_it_is_bound_counts_as_placed() -> None:
+    """The scheduler writes the allocation before nodeName: the member is on a-0, not waiting."""
+    first = four_gpu_member(0, claim="t-0-gpus")
+    claim = allocated_claim("t-0-gpus", "a-0", [f"gpu-{i}" for i in range(4)], reserved_for="t-0")
+    members = [first, *(four_gpu_member(i) for i in range(1, 4))]
+    cluster = view(racks({"a": 2, "b": 2}), pods=members, templates=[FOUR], claims=[claim])
+    passing, failed, path = Decider(ExtenderConfig()).filter(cluster, members[1], sorted(cluster.nodes), SOON_AFTER)
+    assert path == "gang" and passing and set(passing) <= {"a-0", "a-1"}, (passing, failed)
+
+
+def test_a_restarted_extender_answers_every_member_as_the_running_one_does() -> None:
+    """Domains come from the API (placed members), never from what one process remembers."""
+    members = [member(f"g-{i}", "g", 2, "rack") for i in range(2)]
+    nodes = racks({"big": 4, "small": 2})
+    others = [allocated_claim(f"o-{i}", f"big-{i}", [f"gpu-{d}" for d in range(8)]) for i in range(2)]
+    placed = member("g-0", "g", 2, "rack") | {"status": {"resourceClaimStatuses": [{"name": "gpus"}]}}
+    placed["status"]["resourceClaimStatuses"][0]["resourceClaimName"] = "g-0-gpus"
+    g0_claim = allocated_claim("g-0-gpus", "small-0", [f"gpu-{d}" for d in range(8)], reserved_for="g-0")
+    sequence = [
+        view(nodes, pods=members, templates=TEMPLATES, version=1),
+        view(nodes, pods=members, templates=TEMPLATES, claims=others, version=2),  # big now as tight as small
+        view(nodes, pods=[placed, members[1]], templates=TEMPLATES, claims=[*others, g0_claim], version=3),
+    ]
+    running = Decider(ExtenderConfig())
+    for cluster in sequence:
+        for asking in cluster.pods.values():
+            names = sorted(cluster.nodes)
+            restarted = Decider(ExtenderConfig())
+            assert running.filter(cluster, asking, names, SOON_AFTER) == restarted.filter(
+                cluster, asking, names, SOON_AFTER
+            ), (cluster.version, asking["metadata"]["name"])
+    final = running.filter(sequence[-1], members[1], sorted(nodes), SOON_AFTER)
+    assert final[0] == ["small-1"], "the placed member fixes the rack"
+
+
+def test_a_second_body_for_the_same_pod_name_gets_its_own_answer() -> None:
+    cluster = gang_view({"big": 4, "small": 2}, [])
+    names = sorted(cluster.nodes)
+    decider = Decider(ExtenderConfig())
+    small = pod("same", labels=gang_labels("x", 2, "rack"), template="eight", created=CREATED)
+    big = pod("same", labels=gang_labels("y", 3, "rack"), template="eight", created=CREATED)
+    assert decider.filter(cluster, small, names, SOON_AFTER)[0] == ["small-0", "small-1"]
+    passing, failed, _ = decider.filter(cluster, big, names, SOON_AFTER)
+    assert len(passing) == 3 and set(passing) <= {f"big-{i}" for i in range(4)}, failed
+
+
+def test_a_succeeded_member_needs_no_capacity() -> None:
+    done = pod("g-0", labels=gang_labels("g", 2), template="eight", created=CREATED, node="r-0", phase="Succeeded")
+    running = pod("g-1", labels=gang_labels("g", 2), template="eight", created=CREATED, node="r-1")
+    claim = allocated_claim("g-1-gpus", "r-1", [f"gpu-{d}" for d in range(8)])
+    cluster = view(racks({"r": 2}), pods=[done, running], templates=TEMPLATES, claims=[claim])
+    single = pod("single", template="one", created=CREATED)
+    passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, single, ["r-0"], SOON_AFTER)
+    assert passing == ["r-0"], f"r-0 was freed by the finished member, yet: {failed}"
+
+
+def test_a_gang_that_cannot_complete_stops_holding_until_the_cluster_changes() -> None:
+    """Gang g of 3 has only 2 members: its hold expires and stays expired, until capacity is freed."""
+    members = [member("g-0", "g", 3), member("g-1", "g", 3)]
+    nodes = racks({"r": 4})
+    busy = allocated_claim("other", "r-3", ["gpu-0"])
+    single = pod("single", template="one", created=CREATED)
+    names = sorted(nodes)
+    decider = Decider(ExtenderConfig(plan_timeout_seconds=300))
+
+    def passing(cluster: ClusterView, at: float) -> list[str]:
+        return decider.filter(cluster, single, names, at)[0]
+
+    before = view(nodes, pods=members, templates=TEMPLATES, claims=[busy], version=1)
+    assert passing(before, SOON_AFTER) == ["r-3"], "held while fresh"
+    assert passing(before, SOON_AFTER + 400) == names, "expired: holds nothing"
+    assert passing(before, SOON_AFTER + 700) == names, "nothing changed: still holds nothing"
+    freed = view(nodes, pods=members, templates=TEMPLATES, version=2)
+    assert passing(freed, SOON_AFTER + 800) == ["r-3"], "capacity freed where it may go: it holds again"
+
+
+def test_an_absurd_gang_size_is_refused_for_that_gang_alone_and_quickly() -> None:
+    shares = claim_template("shares", 8, device_class=SHARE_CLASS["metadata"]["name"])
+    huge = pod("huge-0", labels=gang_labels("huge", 1_000_000_000), template="shares", created=CREATED)
+    small = pod("s-0", labels=gang_labels("s", 1), template="shares", created=LATER)
+    nodes = gpu_nodes({f"n-{i}": {} for i in range(2)}, shares=True)
+    cluster = view(nodes, pods=[huge, small], templates=[shares], classes=[SHARE_CLASS])
+    answers: list[tuple[list[str], dict[str, str], str]] = []
+    worker = threading.Thread(
+        target=lambda: answers.extend(
+            Decider(ExtenderConfig()).filter(cluster, asking, sorted(nodes), SOON_AFTER) for asking in (huge, small)
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(20)
+    assert len(answers) == 2, "planning a gang of a billion never finished"
+    assert answers[0][0] == [] and "could ever hold at most 20" in answers[0][1]["n-0"], answers[0]
+    assert answers[1][0] == ["n-0"] and answers[1][2] == "gang", "the other gang is still planned"
+
+
+def test_each_gang_plan_is_logged_once_and_rejections_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    members = [member("g-0", "g", 2, "rack"), member("g-1", "g", 2, "rack")]
+    waiting = [member("w-0", "w", 5, "rack")]
+    cluster = gang_view({"big": 4, "small": 2}, [*members, *waiting])
+    decider = Decider(ExtenderConfig())
+    with caplog.at_level(logging.DEBUG, logger="extender.plan"):
+        for _ in range(3):
+            for asking in (*members, *waiting):
+                decider.filter(cluster, asking, sorted(cluster.nodes), SOON_AFTER)
+    planned = [r for r in caplog.records if r.levelno == logging.INFO]
+    rejected = [r for r in caplog.records if r.levelno == logging.DEBUG]
+    assert [r.getMessage() for r in planned] == [
+        "gang ns/gang:g planned onto rack small: small-0, small-1 (best fit: the rack with the least room to spare)"
+    ]
+    assert len(rejected) == 1 and "gang ns/gang:w needs 5 more pod(s)" in rejected[0].getMessage()

@@ -1,4 +1,4 @@
-"""Gang planning: best fit, holds by age, bound members, expiry and backoff, sticky domains."""
+"""Gang planning: best fit, holds by age, placed members, expiry and backoff, time budgets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
 from extender.gang import gang_of
 from extender.model import Node, Usage
-from extender.planner import ClusterPlan, Gang, Member, plan_cluster
+from extender.planner import ClusterPlan, Gang, Limits, Member, plan_cluster
 from tests.builders import DRIVER, GPU, gang_labels, pod, racks
 
 EIGHT = Demand((Request((GPU,), 8),))
@@ -27,7 +27,7 @@ def plan(
     nodes: dict[str, Node], gangs: list[Gang], now: float = 100.0, timeout: float = 300.0, full: tuple[str, ...] = ()
 ) -> ClusterPlan:
     usage = {name: Usage(devices=set(nodes[name].devices) if name in full else set()) for name in nodes}
-    return plan_cluster(nodes, usage, gangs, Matcher(Selectors(), DRIVER), now=now, timeout=timeout)
+    return plan_cluster(nodes, usage, gangs, Matcher(Selectors(), DRIVER), now=now, limits=Limits(timeout=timeout))
 
 
 def test_best_fit_keeps_the_big_rack_whole() -> None:
@@ -51,14 +51,20 @@ def test_bound_members_fix_the_domain() -> None:
     assert result.plans["ns/gang:g"].slots == {"a-1": 1, "a-2": 1}, "rack b has more room, but the gang is in rack a"
 
 
-def test_an_expired_hold_waits_behind_others_for_one_timeout() -> None:
+def test_an_expired_hold_waits_behind_others_until_its_members_change() -> None:
     nodes = racks({"r": 6})
+    usage = {name: Usage() for name in nodes}
+    matcher = Matcher(Selectors(), DRIVER)
     stale, fresh = gang("stale", 4, 0.0), gang("fresh", 4, 350.0)
+    last = stale.members.pop()  # not created yet: the stale gang cannot complete
     expired = plan(nodes, [stale, fresh], now=400.0, timeout=300.0)
     assert expired.plans["ns/gang:stale"].expired and expired.plans["ns/gang:fresh"].feasible
     assert not expired.plans["ns/gang:stale"].feasible, "it backs off while the fresh gang holds"
-    again = plan(nodes, [gang("stale", 4, 0.0)], now=700.0, timeout=300.0)
-    assert not again.plans["ns/gang:stale"].expired and again.plans["ns/gang:stale"].feasible
+    later = plan_cluster(nodes, usage, [stale], matcher, now=700.0, limits=Limits(timeout=300.0), clocks=expired.clocks)
+    assert later.plans["ns/gang:stale"].expired and later.holders == {}, "one timeout later it still holds nothing"
+    stale.members.append(last)
+    changed = plan_cluster(nodes, usage, [stale], matcher, now=760.0, limits=Limits(timeout=300.0), clocks=later.clocks)
+    assert not changed.plans["ns/gang:stale"].expired and sum(len(h) for h in changed.holders.values()) == 4
 
 
 def test_a_gang_is_never_smaller_than_its_members() -> None:
@@ -69,17 +75,21 @@ def test_a_gang_is_never_smaller_than_its_members() -> None:
     assert sum(result.plans["ns/gang:g"].slots.values()) == 4
 
 
-def test_a_domain_already_given_to_members_is_kept_while_feasible() -> None:
-    nodes = racks({"big": 4, "small": 2})
-    usage = {name: Usage() for name in nodes}
-    matcher = Matcher(Selectors(), DRIVER)
-    fresh = plan_cluster(nodes, usage, [gang("g", 2, 1.0, "rack")], matcher, now=2.0, timeout=300.0)
-    assert fresh.plans["ns/gang:g"].domain_value == "small", "best fit on first sight"
-    kept = plan_cluster(
-        nodes, usage, [gang("g", 2, 1.0, "rack")], matcher, now=2.0, timeout=300.0, sticky={"ns/gang:g": "big"}
+def test_a_gang_whose_plan_runs_out_of_time_is_not_placeable_yet_alone() -> None:
+    """Each gang has its own budget: the one that spends it holds nothing, the next is planned."""
+    nodes = racks({"r": 20, "s": 2})
+    narrow = gang("other", 1, 3.0)
+    narrow.members[0] = Member("ns/other-0", None, EIGHT, 3.0, spec={"nodeSelector": {"rack": "s"}})
+    ticks = iter(range(1000))  # one second per look at the clock: 5 looks per gang
+    result = plan_cluster(
+        nodes,
+        {name: Usage() for name in nodes},
+        [gang("slow", 4, 1.0), narrow],
+        Matcher(Selectors(), DRIVER),
+        now=10.0,
+        limits=Limits(budget=5.0),
+        clock=lambda: float(next(ticks)),
     )
-    assert set(kept.plans["ns/gang:g"].slots) <= {f"big-{i}" for i in range(4)}
-    gone = plan_cluster(
-        nodes, usage, [gang("g", 5, 1.0, "rack")], matcher, now=2.0, timeout=300.0, sticky={"ns/gang:g": "small"}
-    )
-    assert not gone.plans["ns/gang:g"].feasible, "a remembered domain never makes an impossible plan look possible"
+    slow, other = result.plans["ns/gang:slow"], result.plans["ns/gang:other"]
+    assert not slow.feasible and "not placeable yet" in slow.reason and slow.slots == {}
+    assert other.feasible and sum(other.slots.values()) == 1, other.reason
