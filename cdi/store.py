@@ -47,6 +47,9 @@ class SpecStore:
         atomic_write(path, text.encode(), SPEC_FILE_MODE)
         return path
 
+    def read_text(self, claim_uid: str) -> str:
+        return self.path_for(claim_uid).read_text()
+
     def remove(self, claim_uid: str) -> bool:
         return remove_durably(self.path_for(claim_uid))
 

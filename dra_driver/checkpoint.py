@@ -3,7 +3,7 @@
 Every change happens under an exclusive flock (read, modify, write), so two plugin instances
 during a rolling update never lose each other's records. A corrupted file (checksum mismatch, bytes
 that are not JSON, JSON of another shape) is moved aside with a clear error and the plugin continues
-with an empty record.
+with an empty record, which the start-up repair refills from the CDI specs and the API.
 Records are kept parsed between calls and the file is re-read only when another writer changed it.
 """
 

@@ -14,6 +14,7 @@ from prometheus_client import start_http_server
 
 from dra_driver.checkpoint import Checkpoint, boot_id
 from dra_driver.discovery import Backend
+from dra_driver.events import FailureEvents, api_event_poster
 from dra_driver.grpc_server import HealthServicer, KubeletServers
 from dra_driver.kubelet_paths import (
     DEFAULT_CDI_DIR,
@@ -25,7 +26,14 @@ from dra_driver.kubelet_paths import (
     registration_socket,
 )
 from dra_driver.node_devices import NodeDevices
-from dra_driver.prepare import ClaimPreparer, api_claim_reader, spec_store
+from dra_driver.prepare import (
+    API_TIMEOUT_S,
+    ClaimPreparer,
+    api_claim_lister,
+    api_claim_reader,
+    bounded_client,
+    spec_store,
+)
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slice_controller import SliceController
@@ -77,10 +85,13 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     devices.discover()
     controller = SliceController(devices, SlicePublisher(api, settings.node_name), resync_s=settings.resync_s)
     checkpoint = Checkpoint(settings.data_dir / "checkpoint.json", boot_id())
+    events = FailureEvents(api_event_poster(bounded_client(api), API_TIMEOUT_S), settings.node_name)
     preparer = ClaimPreparer(
         api_claim_reader(api),
         settings.node_name,
         devices.published,
+        list_claims=api_claim_lister(api),
+        on_failure=events.prepare_failed,
         checkpoint=checkpoint,
         specs=spec_store(settings.cdi_dir),
         dev_root=settings.dev_root,
@@ -95,6 +106,7 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     )
     servers.start()
     publishing = _thread("slices", controller.run, stop)
+    _thread("events", events.run, stop)
     # Watchers block in long reads; they are daemons and end with the process.
     _thread("slice-watch", controller.watch_slices, stop)
     _thread("discovery-watch", lambda until: settings.backend.watch(until, controller.trigger), stop)

@@ -3,7 +3,9 @@
 Prepare: GET the claim, check it (UID, allocated, results for this driver and node), build its
 CDI spec, then record PrepareStarted -> write spec -> record PrepareCompleted. A crash at any
 step is repaired at start (`reconcile`): completed claims get their spec back, half-prepared ones
-are rolled back, spec files nobody owns are deleted. Claims are serialised per UID; different
+are rolled back, a spec whose record was lost (corrupted checkpoint) gets its record rebuilt from
+the file and the API while its claim is allocated here, and only specs of claims not allocated
+here are deleted. Claims are serialised per UID; different
 claims run in parallel.
 """
 
@@ -64,6 +66,10 @@ class PreparedDevice:
 
 
 ClaimReader = Callable[[ClaimRef], dict[str, Any]]  # raises PrepareError when it cannot
+ClaimLister = Callable[[], list[dict[str, Any]]]  # every ResourceClaim; raises PrepareError when it cannot
+FailureReport = Callable[[ClaimRef, PrepareError], None]
+MAX_LIST_PAGES = 1000  # x LIST_PAGE claims: far beyond any cluster, but a bound
+LIST_PAGE = 500
 
 
 def check_uid(ref: ClaimRef) -> None:
@@ -122,6 +128,27 @@ def api_claim_reader(api: client.ApiClient, timeout_s: float = API_TIMEOUT_S) ->
     return read
 
 
+def api_claim_lister(api: client.ApiClient, timeout_s: float = API_TIMEOUT_S) -> ClaimLister:
+    """Lists every ResourceClaim page by page, each page within `timeout_s` (start-up repair)."""
+    bounded = bounded_client(api)
+
+    def list_claims() -> list[dict[str, Any]]:
+        claims: list[dict[str, Any]] = []
+        token: str | None = None
+        try:
+            for _ in range(MAX_LIST_PAGES):
+                page = RESOURCE_CLAIMS.list(bounded, limit=LIST_PAGE, _continue=token, _request_timeout=timeout_s)
+                claims += page.get("items", [])
+                token = page.get("metadata", {}).get("continue")
+                if not token:
+                    return claims
+        except (client.ApiException, HTTPError) as error:
+            raise PrepareError("api_error", f"listing ResourceClaims failed: {error}") from error
+        raise PrepareError("api_error", f"listing ResourceClaims: more than {MAX_LIST_PAGES} pages")
+
+    return list_claims
+
+
 def our_results(claim: dict[str, Any], ref: ClaimRef, node_name: str) -> list[dict[str, Any]]:
     """The allocation results this plugin must prepare, or an error saying why there are none."""
     if claim["metadata"]["uid"] != ref.uid:
@@ -155,6 +182,8 @@ class ClaimPreparer:
         node_name: str,
         published: PublishedDevices,
         *,
+        list_claims: ClaimLister,
+        on_failure: FailureReport,
         checkpoint: Checkpoint,
         specs: SpecStore,
         dev_root: Path,
@@ -162,6 +191,8 @@ class ClaimPreparer:
         mig_supported: bool = True,
     ) -> None:
         self.read_claim = read_claim
+        self.list_claims = list_claims
+        self.on_failure = on_failure
         self.node_name = node_name
         self.published = published
         self.checkpoint = checkpoint
@@ -188,6 +219,7 @@ class ClaimPreparer:
         except PrepareError as error:
             metrics.CLAIM_ERRORS.labels("prepare", error.reason).inc()
             log.warning("prepare failed: %s", error)  # the error names the claim
+            self.on_failure(ref, error)
             raise
         finally:
             metrics.PREPARE_SECONDS.labels("prepare").observe(time.perf_counter() - started)
@@ -196,8 +228,13 @@ class ClaimPreparer:
         previous = self._previous_answer(ref)
         if previous is not None:
             return previous
-        claim_devices = self._claim_devices(self.read_claim(ref), ref)
-        spec = claim_spec(ref.uid, claim_devices, self.host)
+        claim = self.read_claim(ref)
+        try:
+            claim_devices = self._claim_devices(claim, ref)
+            spec = claim_spec(ref.uid, claim_devices, self.host)
+        except PrepareError as error:
+            error.reserved_for = list(claim.get("status", {}).get("reservedFor", []))
+            raise
         answer = self._answer(claim_devices, spec)
         self._commit(ref, answer, spec_text(spec))
         return answer
@@ -306,9 +343,51 @@ class ClaimPreparer:
             log.info("restoring the CDI spec of prepared claim %s/%s", record.namespace, record.name)
             self.specs.write_text(record.uid, record.cdi_spec)
 
+    def _allocated_here(self, uids: set[str]) -> dict[str, dict[str, Any]] | None:
+        """Those of `uids` whose claim is allocated to this node by this driver (from the API);
+        None when the API cannot say, so that nothing is deleted on a guess."""
+        if not uids:
+            return {}
+        try:
+            claims = self.list_claims()
+        except PrepareError as error:
+            log.warning("start-up repair: %s; keeping every CDI spec without a record", error)
+            return None
+        found = {}
+        for claim in claims:
+            metadata = claim.get("metadata", {})
+            ref = ClaimRef(metadata.get("namespace", ""), metadata.get("uid", ""), metadata.get("name", ""))
+            if ref.uid not in uids:
+                continue
+            try:
+                our_results(claim, ref, self.node_name)
+            except PrepareError:
+                continue  # not (or no longer) allocated here: its spec is an orphan
+            found[ref.uid] = claim
+        return found
+
+    def _rebuilt(self, claim: dict[str, Any]) -> ClaimRecord | None:
+        """The record of a claim whose spec is on disk but not in the checkpoint (it was lost or
+        corrupted): the answer is derived again from the claim, the spec text is the file's."""
+        metadata = claim["metadata"]
+        ref = ClaimRef(metadata["namespace"], metadata["uid"], metadata["name"])
+        try:
+            claim_devices = self._claim_devices(claim, ref)
+            answer = self._answer(claim_devices, claim_spec(ref.uid, claim_devices, self.host))
+            text = self.specs.read_text(ref.uid)
+        except (PrepareError, OSError) as error:
+            log.warning("start-up repair: cannot rebuild the record of %s (%s); its CDI spec is kept", ref, error)
+            return None
+        return ClaimRecord(
+            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, [a.__dict__ for a in answer], text
+        )
+
     def reconcile(self) -> dict[str, list[str]]:
-        """Repair after a crash or reboot; returns what was done, for logs and tests."""
-        done: dict[str, list[str]] = {"restored": [], "rolled_back": [], "orphans_removed": []}
+        """Repair after a crash or reboot; returns what was done, for logs and tests. A spec without
+        a record is deleted only if the API says its claim is not allocated to this node."""
+        done: dict[str, list[str]] = {"restored": [], "rolled_back": [], "rebuilt": [], "orphans_removed": []}
+        unrecorded = self.specs.claim_uids() - set(self.checkpoint.read())
+        allocated = self._allocated_here(unrecorded)  # the API is asked outside the checkpoint lock
 
         def repair(records: dict[str, ClaimRecord]) -> int:
             for uid, record in list(records.items()):
@@ -320,7 +399,12 @@ class ClaimPreparer:
                     self.specs.remove(uid)
                     del records[uid]
                     done["rolled_back"].append(uid)
-            done["orphans_removed"] = self.specs.remove_orphans(set(records))
+            for uid, claim in (allocated or {}).items():
+                if uid not in records and (rebuilt := self._rebuilt(claim)) is not None:
+                    records[uid] = rebuilt
+                    done["rebuilt"].append(uid)
+            keep = unrecorded if allocated is None else set(allocated)  # no record rebuilt: the spec stays
+            done["orphans_removed"] = self.specs.remove_orphans(set(records) | keep)
             return _completed(records)
 
         metrics.PREPARED_CLAIMS.set(self.checkpoint.update(repair))

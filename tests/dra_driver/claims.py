@@ -48,6 +48,7 @@ class Node:
             (self.dev / name).symlink_to("/dev/null")  # a real character device, no root needed
         self.checkpoint_path = root / "checkpoint.json"
         self.specs: SpecStore = spec_store(root / "cdi")
+        self.failures: list[tuple[ClaimRef, PrepareError]] = []  # what the plugin would turn into events
 
     def read_claim(self, ref: ClaimRef) -> dict[str, Any]:
         if ref.name not in self.claims:
@@ -62,6 +63,8 @@ class Node:
             self.read_claim,
             NODE,
             lambda: PUBLISHED,
+            list_claims=lambda: list(self.claims.values()),
+            on_failure=lambda ref, error: self.failures.append((ref, error)),
             checkpoint=self.checkpoint(),
             specs=self.specs,
             dev_root=self.dev,

@@ -18,7 +18,7 @@ from kubernetes import client
 from dra_driver.checkpoint import ClaimRecord, ClaimState
 from dra_driver.errors import PrepareError
 from dra_driver.prepare import ClaimRef, PreparedDevice, api_claim_reader
-from tests.dra_driver.claims import NODE, Node, new_claim
+from tests.dra_driver.claims import NODE, Node, claim, new_claim
 
 
 def test_prepare_writes_the_spec_and_a_completed_record(node: Node) -> None:
@@ -111,7 +111,7 @@ def test_reconcile_restores_the_lost_spec_of_a_prepared_claim(node: Node) -> Non
     text = node.specs.path_for(ref.uid).read_text()
     node.specs.remove(ref.uid)  # e.g. /var/run/cdi is a tmpfs and the node rebooted
     done = node.preparer().reconcile()
-    assert done == {"restored": [ref.uid], "rolled_back": [], "orphans_removed": []}
+    assert done == {"restored": [ref.uid], "rolled_back": [], "rebuilt": [], "orphans_removed": []}
     assert node.specs.path_for(ref.uid).read_text() == text
 
 
@@ -123,7 +123,7 @@ def test_reconcile_rolls_back_a_half_prepared_claim_and_removes_orphans(node: No
     node.specs.write_text(half, text)
     node.specs.write_text(orphan, text)
     done = node.preparer().reconcile()
-    assert done == {"restored": [], "rolled_back": [half], "orphans_removed": [orphan]}
+    assert done == {"restored": [], "rolled_back": [half], "rebuilt": [], "orphans_removed": [orphan]}
     assert node.specs.claim_uids() == set() and node.checkpoint().read() == {}
 
 
@@ -171,3 +171,58 @@ def _outcome(read: Callable[[ClaimRef], dict[str, Any]], ref: ClaimRef) -> BaseE
         return read(ref)
     except PrepareError as error:
         return error
+
+
+def _prepared_claims(node: Node, count: int) -> dict[str, list[PreparedDevice]]:
+    answers = {}
+    for i in range(count):
+        uid = str(uuid.uuid4())
+        node.claims[f"train-{i}"] = claim(uid, devices=(f"gpu-{i}",))
+        node.claims[f"train-{i}"]["metadata"]["name"] = f"train-{i}"
+        answers[uid] = node.preparer().prepare(ClaimRef("ns", uid, f"train-{i}"))
+    return answers
+
+
+def test_reconcile_after_a_corrupted_checkpoint_rebuilds_the_records_and_keeps_every_spec_in_use(node: Node) -> None:
+    answers = _prepared_claims(node, 6)
+    texts = {uid: node.specs.read_text(uid) for uid in answers}
+    orphan, elsewhere = str(uuid.uuid4()), str(uuid.uuid4())
+    node.claims["moved"] = claim(elsewhere, pool="node-b")  # allocated to another node since
+    for uid in (orphan, elsewhere):
+        node.specs.write_text(uid, next(iter(texts.values())))
+    node.checkpoint_path.write_text(node.checkpoint_path.read_text().replace("PrepareCompleted", "PrepareCompleteX"))
+
+    done = node.preparer().reconcile()
+    assert sorted(done["rebuilt"]) == sorted(answers) and sorted(done["orphans_removed"]) == sorted([orphan, elsewhere])
+    assert {uid: node.specs.read_text(uid) for uid in answers} == texts
+    records = node.checkpoint().read()
+    assert set(records) == set(answers) and all(r.state is ClaimState.PREPARE_COMPLETED for r in records.values())
+    assert {uid: records[uid].cdi_spec for uid in answers} == texts
+    node.claims.clear()  # the rebuilt record answers without reading the claim again
+    preparer = node.preparer()
+    for uid, answer in answers.items():
+        assert preparer.prepare(ClaimRef("ns", uid, records[uid].name)) == answer
+
+
+def test_reconcile_deletes_no_spec_without_a_record_while_the_api_cannot_say_whose_it_is(node: Node) -> None:
+    answers = _prepared_claims(node, 2)
+    node.checkpoint_path.write_bytes(bytes(range(256)) * 8)
+    preparer = node.preparer()
+
+    def api_down() -> list[dict[str, Any]]:
+        raise PrepareError("api_error", "listing ResourceClaims failed: connection refused")
+
+    preparer.list_claims = api_down
+    done = preparer.reconcile()
+    assert done["orphans_removed"] == [] and done["rebuilt"] == []
+    assert node.specs.claim_uids() == set(answers)
+
+
+def test_a_failure_after_the_claim_was_read_names_the_pods_it_is_reserved_for(node: Node) -> None:
+    ref = new_claim(node, pool="node-b")
+    pod = {"resource": "pods", "name": "trainer-0", "uid": str(uuid.uuid4())}
+    node.claims["train"]["status"]["reservedFor"] = [pod]
+    with pytest.raises(PrepareError):
+        node.preparer().prepare(ref)
+    [(failed, error)] = node.failures
+    assert failed == ref and error.reason == "not_ours" and error.reserved_for == [pod]
