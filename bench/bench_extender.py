@@ -93,7 +93,9 @@ def throughput(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
     port = free_port()
     plane.restart_scheduler(scheduler_extra(port))
     extender = subprocess.Popen(
-        commands.extender(plane.kubeconfig, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        commands.extender(plane.kubeconfig, port, "--insecure-http"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), 60, "the extender")

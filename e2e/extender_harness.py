@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,10 +18,11 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
+from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.scheduler_config import scheduler_extra
-from nativedra.cluster.waits import http_ok
+from nativedra.cluster.waits import http_ok, unschedulable_message
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 
 GPU_CLASS = "gpu.nativedra.dev"
@@ -39,7 +41,10 @@ class ExtenderCluster:
     def start_extender(self) -> None:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                commands.extender(self.plane.kubeconfig, self.port, "--config", str(self.config_file)),
+                # loopback only; the mutual-TLS wiring is exercised by e2e/test_abuse_extender_http.py
+                commands.extender(
+                    self.plane.kubeconfig, self.port, "--insecure-http", "--config", str(self.config_file)
+                ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -125,3 +130,42 @@ def bound(api: client.ApiClient, namespace: str, names: list[str]) -> dict[str, 
     """Pod -> node for those of `names` that are bound."""
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
     return {p.metadata.name: p.spec.node_name for p in pods if p.metadata.name in names and p.spec.node_name}
+
+
+def judged(api: client.ApiClient, namespace: str, names: list[str]) -> dict[str, str] | None:
+    """Pod -> node once every pod of `names` is bound or has the scheduler's verdict; else None."""
+    placed = bound(api, namespace, names)
+    if all(name in placed or unschedulable_message(api, namespace, name) for name in names):
+        return placed
+    return None
+
+
+def settled_placement(api: client.ApiClient, namespace: str, names: list[str], timeout_s: float = 60) -> dict[str, str]:
+    """The placement of `names` once the scheduler has judged them all and it holds for a second:
+    a pod judged unschedulable is retried on every cluster event, so one look is not enough."""
+
+    def stable() -> dict[str, str] | None:
+        first = judged(api, namespace, names)
+        if first is None:
+            return None
+        time.sleep(1)
+        return first if judged(api, namespace, names) == first else None
+
+    return wait_for(stable, timeout_s, f"the scheduler to judge {len(names)} pods")
+
+
+def delete_pods(api: client.ApiClient, namespace: str, names: list[str], timeout_s: float = 60) -> None:
+    """Delete pods now, the waiting ones first (so none takes what a bound one frees), and wait
+    until they and their claims are gone: their devices are free again."""
+    core = client.CoreV1Api(api)
+    placed = bound(api, namespace, names)
+    for name in sorted(names, key=lambda n: n in placed):
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+    def gone() -> bool:
+        pods = {p.metadata.name for p in core.list_namespaced_pod(namespace).items}
+        claims = RESOURCE_CLAIMS.list(api).get("items") or []
+        return not pods & set(names) and not any(c["metadata"]["namespace"] == namespace for c in claims)
+
+    wait_for(gone, timeout_s, f"{len(names)} pods and their claims to go")

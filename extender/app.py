@@ -1,76 +1,117 @@
-"""The HTTP face of the extender: /filter, /prioritize, /healthz, /readyz, /metrics."""
+"""The HTTP face of the extender: /filter, /prioritize, /healthz, /readyz, /metrics.
+
+No single request may stop scheduling: bodies are bounded by the cluster's size and read only up
+to that bound, malformed ones get a 400 naming the field, the fast path (no claims, no gang) is
+answered on the event loop so it never waits behind planning, planning runs in a small pool of
+its own with a bounded queue, and /healthz fails when a request has been stuck long enough for
+the kubelet to restart the process.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
 
 from extender import metrics
 from extender.decide import Decider
+from extender.gang import may_belong_to_gang
+from extender.health import Watchdog
 from extender.state import ClusterState
-from extender.wire import ExtenderArgs, HostPriority, filter_result
+from extender.wire import ExtenderArgs, HostPriority, MalformedBodyError, filter_result, parse_args
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-async def _args(request: Request, verb: str) -> ExtenderArgs | JSONResponse:
-    """The parsed body, or a 400 that says what is wrong with it."""
-    body = await request.body()
-    try:
-        return ExtenderArgs.model_validate(json.loads(body))
-    except json.JSONDecodeError as error:
-        reason = f"{verb}: body is not JSON: {error}"
-    except ValidationError as error:
-        issue = error.errors()[0]
-        reason = f"{verb}: field {'.'.join(map(str, issue['loc']))!r}: {issue['msg']}"
+@dataclass(frozen=True)
+class Limits:
+    """What one caller can make the extender spend."""
+
+    body_floor_bytes: int = 1024 * 1024
+    # 5,000 node names are ~150 KB; a full Node object (nodeCacheCapable: false) is bigger, which is
+    # one more reason the scheduler config must say nodeCacheCapable: true.
+    body_bytes_per_node: int = 1024
+    planning_workers: int = 4
+    planning_queue: int = 32  # requests waiting for or holding a planning worker
+    stuck_after_seconds: float = 60.0
+
+    def body_limit(self, nodes: int) -> int:
+        return max(self.body_floor_bytes, nodes * self.body_bytes_per_node)
+
+
+def _needs_planning(pod: dict[str, Any]) -> bool:
+    """False for the fast path: a pod with no claims that no gang label can pull into a gang gets
+    every node passing and a score of 0 from the decider, so it is answered without the view."""
+    return bool((pod.get("spec") or {}).get("resourceClaims")) or may_belong_to_gang(pod)
+
+
+def _refuse(verb: str, status: int, reason: str) -> JSONResponse:
     metrics.BAD_REQUESTS.labels(verb).inc()
-    log.warning("rejected malformed %s call: %s", verb, reason)
-    return JSONResponse({"Error": reason}, status_code=400)
+    log.warning("refused %s call (%d): %s", verb, status, reason)
+    return JSONResponse({"Error": f"{verb}: {reason}"}, status_code=status)
 
 
-def create_app(state: ClusterState, decider: Decider) -> FastAPI:
-    app = FastAPI(title="nativedra scheduler extender", docs_url=None, redoc_url=None)
+class _Handler:
+    """Reading, parsing and dispatching one verb's calls under the limits."""
 
-    @app.post("/filter")
-    async def filter_nodes(request: Request) -> Any:
-        started = time.perf_counter()
-        args = await _args(request, "filter")
-        if isinstance(args, JSONResponse):
-            return args
-        names = args.node_names()
+    def __init__(self, state: ClusterState, limits: Limits, watchdog: Watchdog) -> None:
+        self.state = state
+        self.limits = limits
+        self.watchdog = watchdog
+        self._planners = anyio.CapacityLimiter(limits.planning_workers)
+        self._queued = 0  # touched only on the event loop
 
-        def decide() -> tuple[list[str], dict[str, str], str]:
-            return decider.filter(state.view(), args.Pod, names)
+    async def args(self, request: Request, verb: str) -> ExtenderArgs | JSONResponse:
+        """The parsed body, or a 413/400 that says what is wrong with it. The limit is enforced
+        while reading, so an oversized body is never held in memory whole."""
+        limit = self.limits.body_limit(len(self.state.objects["nodes"]))
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            return _refuse(verb, 413, f"body of {declared} bytes is over the limit of {limit} for this cluster")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return _refuse(verb, 413, f"body is over the limit of {limit} bytes for this cluster")
+            chunks.append(chunk)
+        try:
+            return parse_args(b"".join(chunks))
+        except MalformedBodyError as error:
+            return _refuse(verb, 400, str(error))
 
-        passing, failed, path = await run_in_threadpool(decide)
-        metrics.REQUESTS.labels("filter", path).inc()
-        metrics.REJECTED_NODES.labels(path).inc(len(failed))
-        metrics.SECONDS.labels("filter").observe(time.perf_counter() - started)
-        return filter_result(args, passing, failed).model_dump()
+    async def plan(self, verb: str, work: Callable[[], T]) -> T | JSONResponse:
+        """`work` on a planning worker; a full queue answers 503 at once (the scheduler retries)
+        rather than piling up threads. Cancelled (shutdown), the thread is abandoned."""
+        if self._queued >= self.limits.planning_queue:
+            metrics.BUSY.labels(verb).inc()
+            return JSONResponse({"Error": f"{verb}: extender busy, try again"}, status_code=503)
+        self._queued += 1
+        try:
+            return await anyio.to_thread.run_sync(work, limiter=self._planners, abandon_on_cancel=True)
+        finally:
+            self._queued -= 1
 
-    @app.post("/prioritize")
-    async def prioritize(request: Request) -> Any:
-        started = time.perf_counter()
-        args = await _args(request, "prioritize")
-        if isinstance(args, JSONResponse):
-            return args
-        names = args.node_names()
-        scores = await run_in_threadpool(lambda: decider.prioritize(state.view(), args.Pod, names))
-        metrics.REQUESTS.labels("prioritize", "scored").inc()
-        metrics.SECONDS.labels("prioritize").observe(time.perf_counter() - started)
-        return [HostPriority(Host=name, Score=scores.get(name, 0)).model_dump() for name in names]
 
+def _add_probes(app: FastAPI, state: ClusterState, watchdog: Watchdog) -> None:
     @app.get("/healthz")
     async def healthz() -> PlainTextResponse:
-        return PlainTextResponse("ok")
+        stuck = watchdog.stuck_for()
+        if stuck is None:
+            return PlainTextResponse("ok")
+        return PlainTextResponse(
+            f"a request has been in flight for {stuck:.0f}s (limit {watchdog.stuck_after_seconds:.0f}s)",
+            status_code=503,
+        )
 
     @app.get("/readyz")
     async def readyz() -> PlainTextResponse:
@@ -83,4 +124,60 @@ def create_app(state: ClusterState, decider: Decider) -> FastAPI:
     async def prometheus() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+
+def create_probe_app(state: ClusterState, watchdog: Watchdog) -> FastAPI:
+    """/healthz, /readyz and /metrics alone, for a plain-HTTP port the kubelet can probe."""
+    app = FastAPI(title="nativedra scheduler extender probes", docs_url=None, redoc_url=None)
+    _add_probes(app, state, watchdog)
+    return app
+
+
+def create_app(
+    state: ClusterState, decider: Decider, limits: Limits | None = None, watchdog: Watchdog | None = None
+) -> FastAPI:
+    """The extender verbs and the probes; `watchdog` is shared with a probe app when there is one."""
+    limits = limits or Limits()
+    app = FastAPI(title="nativedra scheduler extender", docs_url=None, redoc_url=None)
+    handler = _Handler(state, limits, watchdog or Watchdog(limits.stuck_after_seconds))
+
+    @app.post("/filter")
+    async def filter_nodes(request: Request) -> Any:
+        started = time.perf_counter()
+        with handler.watchdog.tracking():
+            args = await handler.args(request, "filter")
+            if isinstance(args, JSONResponse):
+                return args
+            names = args.node_names()
+            if not _needs_planning(args.Pod):
+                passing, failed, path = names, dict[str, str](), "fast"
+            else:
+                decided = await handler.plan("filter", lambda: decider.filter(state.view(), args.Pod, names))
+                if isinstance(decided, JSONResponse):
+                    return decided
+                passing, failed, path = decided
+        metrics.REQUESTS.labels("filter", path).inc()
+        metrics.REJECTED_NODES.labels(path).inc(len(failed))
+        metrics.SECONDS.labels("filter").observe(time.perf_counter() - started)
+        return filter_result(args, passing, failed).model_dump()
+
+    @app.post("/prioritize")
+    async def prioritize(request: Request) -> Any:
+        started = time.perf_counter()
+        with handler.watchdog.tracking():
+            args = await handler.args(request, "prioritize")
+            if isinstance(args, JSONResponse):
+                return args
+            names = args.node_names()
+            scores: dict[str, int] = {}
+            path = "fast"
+            if _needs_planning(args.Pod):
+                scored = await handler.plan("prioritize", lambda: decider.prioritize(state.view(), args.Pod, names))
+                if isinstance(scored, JSONResponse):
+                    return scored
+                scores, path = scored, "scored"
+        metrics.REQUESTS.labels("prioritize", path).inc()
+        metrics.SECONDS.labels("prioritize").observe(time.perf_counter() - started)
+        return [HostPriority(Host=name, Score=scores.get(name, 0)).model_dump() for name in names]
+
+    _add_probes(app, state, handler.watchdog)
     return app

@@ -1,26 +1,87 @@
-"""`nativedra extender`: the scheduler extender as an HTTP service."""
+"""`nativedra extender`: the scheduler extender as an HTTPS service.
+
+HTTPS with client-certificate verification is the default: the extender's answers decide where
+pods run, so only the scheduler (holding a certificate from --client-ca-file) may ask. Plain HTTP
+needs --insecure-http, meant for a loopback-only local control plane. Probes and metrics can be
+served on a separate plain-HTTP --probe-port, since the kubelet's HTTPS probes present no client
+certificate.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import os
+import signal
+import ssl
 import sys
 import threading
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
 from cmdline.flags import add_flag
-from extender.app import create_app
+from extender.app import Limits, create_app, create_probe_app
 from extender.config import ConfigError, load_config
 from extender.decide import Decider
+from extender.health import Watchdog
 from extender.state import ClusterState, run_informer
 from kube.client import api_client
 
 log = logging.getLogger(__name__)
 
 
+def _yes(text: str) -> bool:
+    """A boolean flag's environment value: NATIVEDRA_INSECURE_HTTP=false must mean false."""
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _tls(args: argparse.Namespace) -> dict[str, Any] | str:
+    """uvicorn's TLS settings, or why the flags do not make a safe listener."""
+    files = {"--tls-cert-file": args.tls_cert_file, "--tls-key-file": args.tls_key_file}
+    files["--client-ca-file"] = args.client_ca_file
+    if args.insecure_http:
+        given = [flag for flag, path in files.items() if path]
+        return {} if not given else f"--insecure-http cannot be combined with {', '.join(given)}"
+    missing = [flag for flag, path in files.items() if not path]
+    if missing:
+        return f"{', '.join(missing)} required (or --insecure-http for a loopback-only local setup)"
+    return {
+        "ssl_certfile": str(args.tls_cert_file),
+        "ssl_keyfile": str(args.tls_key_file),
+        "ssl_ca_certs": str(args.client_ca_file),
+        "ssl_cert_reqs": ssl.CERT_REQUIRED,
+    }
+
+
+def _server(app: FastAPI, args: argparse.Namespace, port: int, **extra: Any) -> uvicorn.Server:
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=args.address,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            limit_concurrency=args.max_connections,
+            timeout_graceful_shutdown=args.shutdown_grace_seconds,
+            **extra,
+        )
+    )
+
+
+async def _serve(servers: list[uvicorn.Server]) -> None:
+    await asyncio.gather(*(server.serve() for server in servers))
+
+
 def _run(args: argparse.Namespace) -> int:
+    tls = _tls(args)
+    if isinstance(tls, str):
+        print(f"nativedra extender: {tls}", file=sys.stderr)
+        return 2
     try:
         config = load_config(args.config)
     except ConfigError as error:
@@ -31,12 +92,35 @@ def _run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for kind in ClusterState.KINDS:
         threading.Thread(target=run_informer, args=(api, state, kind, stop), name=f"watch-{kind}", daemon=True).start()
-    app = create_app(state, Decider(config))
+    limits = Limits(planning_workers=args.planning_workers, stuck_after_seconds=args.stuck_request_seconds)
+    watchdog = Watchdog(limits.stuck_after_seconds)
+    servers = [_server(create_app(state, Decider(config), limits, watchdog), args, args.port, **tls)]
+    if args.probe_port:
+        servers.append(_server(create_probe_app(state, watchdog), args, args.probe_port))
+
+    def stopped(signum: int, frame: FrameType | None) -> None:
+        """Each uvicorn server hands SIGTERM on to the handler it found when it is done: this one."""
+        stop.set()
+
+    signal.signal(signal.SIGTERM, stopped)
     log.info(
-        "extender listening on %s:%d (topology levels: %s)", args.address, args.port, ", ".join(config.topology_levels)
+        "extender listening on %s:%d over %s (topology levels: %s)",
+        args.address,
+        args.port,
+        "HTTPS with client certificates" if tls else "plain HTTP",
+        ", ".join(config.topology_levels),
     )
-    uvicorn.run(app, host=args.address, port=args.port, log_level="warning", access_log=False)
+    asyncio.run(_serve(servers))
     stop.set()
+    busy = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    if busy:
+        # Planning threads cannot be interrupted and would hold the process past the grace period;
+        # nothing they compute outlives the process (state is rebuilt from the API), so leave them.
+        log.warning("abandoning %d in-flight planning thread(s) at shutdown", len(busy))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
@@ -44,11 +128,43 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     extender = subcommands.add_parser(
         "extender",
         help="run the scheduler extender (gang placement, topology domains, scoring)",
-        description="HTTP extender for kube-scheduler: /filter, /prioritize, /healthz, /readyz, /metrics. "
-        "Configure the scheduler with nodeCacheCapable: true, no managedResources, percentageOfNodesToScore: 100.",
+        description="HTTPS extender for kube-scheduler: /filter, /prioritize, /healthz, /readyz, /metrics. "
+        "Configure the scheduler with nodeCacheCapable: true, no managedResources, percentageOfNodesToScore: 100, "
+        "enableHTTPS: true and a tlsConfig whose client certificate --client-ca-file signed.",
     )
     add_flag(extender, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
-    add_flag(extender, "--port", type=int, default=8888, help="HTTP port")
+    add_flag(
+        extender, "--port", type=int, default=8888, help="port of the extender verbs (HTTPS unless --insecure-http)"
+    )
     add_flag(extender, "--address", default="0.0.0.0", help="listen address")  # noqa: S104 - a Service fronts it
     add_flag(extender, "--config", type=Path, help="YAML: topologyLevels, planTimeoutSeconds, weights")
+    add_flag(extender, "--tls-cert-file", type=Path, help="serving certificate (PEM)")
+    add_flag(extender, "--tls-key-file", type=Path, help="serving certificate's key (PEM)")
+    add_flag(extender, "--client-ca-file", type=Path, help="CA that signed the scheduler's client certificate")
+    add_flag(
+        extender,
+        "--insecure-http",
+        type=_yes,
+        nargs="?",
+        const=True,
+        default=False,
+        help="serve plain HTTP without client authentication (loopback-only local setups)",
+    )
+    add_flag(extender, "--probe-port", type=int, help="plain-HTTP port for /healthz, /readyz, /metrics only")
+    add_flag(extender, "--max-connections", type=int, default=64, help="connections beyond this get 503")
+    add_flag(extender, "--planning-workers", type=int, default=4, help="threads that plan gangs and claims")
+    add_flag(
+        extender,
+        "--stuck-request-seconds",
+        type=float,
+        default=60.0,
+        help="/healthz fails while a request has been in flight longer than this",
+    )
+    add_flag(
+        extender,
+        "--shutdown-grace-seconds",
+        type=int,
+        default=5,
+        help="on SIGTERM, in-flight requests get this long before they are abandoned",
+    )
     extender.set_defaults(handler=_run)

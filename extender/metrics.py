@@ -11,5 +11,8 @@ SECONDS = Histogram(
     ["verb"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
-BAD_REQUESTS = Counter("nativedra_extender_bad_requests_total", "Malformed extender calls", ["verb"])
+BAD_REQUESTS = Counter(
+    "nativedra_extender_bad_requests_total", "Extender calls refused as malformed (400) or oversized (413)", ["verb"]
+)
 REJECTED_NODES = Counter("nativedra_extender_rejected_nodes_total", "Nodes filtered out, by path", ["path"])
+BUSY = Counter("nativedra_extender_busy_total", "Calls answered 503 because the planning queue was full", ["verb"])

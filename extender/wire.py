@@ -2,13 +2,102 @@
 
 The Go structs have no JSON tags, so fields are the Go names in PascalCase; nested Kubernetes
 objects (Pod, NodeList) keep their usual lowerCamel JSON.
+
+Bodies come from the network, so every part of them the extender reads is checked before anything
+reads it: the JSON nests at most `MAX_DEPTH` deep, strings are valid UTF-8, and the Pod's fields
+have the types the decider assumes. A body that fails gets a reason naming the field, never a
+traceback.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+import pydantic_core
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+MAX_DEPTH = 200  # pydantic_core's JSON recursion limit; a Pod is about 10 deep
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+class MalformedBodyError(ValueError):
+    """A body the extender will not act on; the message names the field."""
+
+
+def _utf8(text: str) -> str:
+    """Strings that reach logs, metrics and the response must encode: a lone surrogate
+    (`\\ud800`, or an invalid byte decoded with surrogateescape) does not."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as error:
+        raise ValueError(f"not valid UTF-8 at character {error.start}") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+
+
+class _Shape(BaseModel):
+    """Checks types strictly; fields the extender does not read pass through unchecked."""
+
+    model_config = ConfigDict(extra="allow", strict=True, alias_generator=to_camel)
+
+
+class _Metadata(_Shape):
+    name: Text
+    namespace: Text
+    uid: Text | None = None
+    labels: dict[Text, Text] | None = None
+    annotations: dict[Text, Text] | None = None
+    creation_timestamp: Text | None = None
+    deletion_timestamp: Text | None = None
+
+
+class _PodClaim(_Shape):
+    name: Text
+    resource_claim_name: Text | None = None
+    resource_claim_template_name: Text | None = None
+
+
+class _PodSpec(_Shape):
+    resource_claims: list[_PodClaim] | None = None
+    node_selector: dict[Text, Text] | None = None
+    affinity: dict[Text, Any] | None = None
+    tolerations: list[dict[Text, Any]] | None = None
+    node_name: Text | None = None
+
+
+class _PodStatus(_Shape):
+    phase: Text | None = None
+    conditions: list[dict[Text, Any]] | None = None
+
+
+class _Pod(_Shape):
+    metadata: _Metadata
+    spec: _PodSpec | None = None
+    status: _PodStatus | None = None
+
+
+class _NamedMetadata(_Shape):
+    name: Text
+
+
+class _Named(_Shape):
+    metadata: _NamedMetadata
+
+
+class _NodeList(_Shape):
+    items: list[_Named] | None = None
+
+
+class _Args(_Shape):
+    model_config = ConfigDict(alias_generator=None)  # the Go field names, as sent
+
+    Pod: _Pod
+    Nodes: _NodeList | None = None
+    NodeNames: list[Text] | None = None
 
 
 class _Wire(BaseModel):
@@ -24,6 +113,35 @@ class ExtenderArgs(_Wire):
         if self.NodeNames is not None:
             return list(self.NodeNames)
         return [item["metadata"]["name"] for item in (self.Nodes or {}).get("items") or []]
+
+
+def _load(body: bytes) -> Any:
+    """JSON with a depth limit. Invalid UTF-8 and lone surrogates are let through the first time
+    round only to be named by field in validation."""
+    try:
+        return pydantic_core.from_json(body)
+    except ValueError as error:
+        if "recursion limit" in str(error):
+            raise MalformedBodyError(f"body nests deeper than {MAX_DEPTH} levels") from None
+        first = error
+    try:
+        return json.loads(body.decode("utf-8", errors="surrogateescape"))
+    except (ValueError, RecursionError):
+        raise MalformedBodyError(f"body is not JSON: {first}") from None
+
+
+def parse_args(body: bytes) -> ExtenderArgs:
+    """The filter/prioritize arguments, or MalformedBodyError naming what is wrong."""
+    raw = _load(body)
+    try:
+        shape = _Args.model_validate(raw)
+    except ValidationError as error:
+        issue = error.errors()[0]
+        raise MalformedBodyError(f"field {'.'.join(map(str, issue['loc']))!r}: {issue['msg']}") from None
+    phase = shape.Pod.status.phase if shape.Pod.status else None
+    if phase in FINISHED_PHASES:
+        raise MalformedBodyError(f"field 'Pod.status.phase': the pod is {phase}; a finished pod is not scheduled")
+    return ExtenderArgs.model_validate(raw)
 
 
 class ExtenderFilterResult(_Wire):

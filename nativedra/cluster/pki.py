@@ -148,3 +148,39 @@ def create(directory: Path) -> Pki:
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki
+
+
+@dataclass(frozen=True)
+class ExtenderTls:
+    """Mutual TLS between a local kube-scheduler and `nativedra extender`: the extender serves
+    `serving_cert` and accepts clients signed by `ca_cert`; the scheduler trusts `ca_cert` and
+    presents `client_cert`."""
+
+    ca_cert: Path
+    serving_cert: Path
+    serving_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def extender_tls(directory: Path) -> ExtenderTls:
+    """A CA of its own (so a test never needs the control plane's CA key) and the two leaves."""
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    tls = ExtenderTls(
+        ca_cert=directory / "extender-ca.crt",
+        serving_cert=directory / "extender.crt",
+        serving_key=directory / "extender.key",
+        client_cert=directory / "scheduler-client.crt",
+        client_key=directory / "scheduler-client.key",
+    )
+    ca = _ca("nativedra-extender-ca")
+    _write_cert(tls.ca_cert, ca[0])
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    for (cert, key), cert_path, key_path in (
+        (_leaf(ca, "nativedra-extender", ExtendedKeyUsageOID.SERVER_AUTH, sans), tls.serving_cert, tls.serving_key),
+        (_leaf(ca, "kube-scheduler", ExtendedKeyUsageOID.CLIENT_AUTH), tls.client_cert, tls.client_key),
+    ):
+        _write_cert(cert_path, cert)
+        _write_key(key_path, key)
+    return tls

@@ -1,24 +1,32 @@
 """KubeSchedulerConfiguration fields that wire a local `nativedra extender` into kube-scheduler.
 
-The same choices as `manifests/scheduler/kube-scheduler-config.yaml`, explained there."""
+The same choices as `manifests/scheduler/kube-scheduler-config.yaml`, explained there. With `tls`
+the scheduler calls the extender over HTTPS and presents a client certificate (as in a real
+cluster); without it the extender must run with --insecure-http on loopback."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from nativedra.cluster.pki import ExtenderTls
 
-def scheduler_extra(port: int, scheme: str = "http") -> dict[str, Any]:
-    return {
-        "percentageOfNodesToScore": 100,
-        "extenders": [
-            {
-                "urlPrefix": f"{scheme}://127.0.0.1:{port}",
-                "filterVerb": "filter",
-                "prioritizeVerb": "prioritize",
-                "weight": 5,
-                "nodeCacheCapable": True,
-                "ignorable": False,
-                "httpTimeout": "10s",
-            }
-        ],
+
+def scheduler_extra(port: int, tls: ExtenderTls | None = None) -> dict[str, Any]:
+    extender: dict[str, Any] = {
+        "urlPrefix": f"{'https' if tls else 'http'}://127.0.0.1:{port}",
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "weight": 5,
+        "nodeCacheCapable": True,
+        "ignorable": False,
+        "httpTimeout": "10s",
     }
+    if tls:
+        extender["enableHTTPS"] = True
+        extender["tlsConfig"] = {
+            "caFile": str(tls.ca_cert),
+            "certFile": str(tls.client_cert),
+            "keyFile": str(tls.client_key),
+            "serverName": "localhost",
+        }
+    return {"percentageOfNodesToScore": 100, "extenders": [extender]}

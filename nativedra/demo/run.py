@@ -66,7 +66,7 @@ def start_cluster(state_dir: Path) -> tuple[ControlPlane, client.ApiClient, int]
     port = free_port()
     plane = start_detached(state_dir, scheduler_extra(port))
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
-    extender = commands.extender(plane.kubeconfig, port)
+    extender = commands.extender(plane.kubeconfig, port, "--insecure-http")  # loopback only: see scheduler_extra
     plane.spawn("extender", Path(extender[0]), extender[1:])
     apply_file(api, device_classes())
     return plane, api, port

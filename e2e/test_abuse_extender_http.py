@@ -1,0 +1,120 @@
+"""A running `nativedra extender` against abusive callers: only a client holding a certificate
+from its CA gets an answer, malformed bodies get a 400 naming the field, oversized ones a 413, and
+SIGTERM ends it within 10 s while it is busy."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nativedra.cluster import ControlPlane, commands, wait_for
+from nativedra.cluster.controlplane import free_port
+from nativedra.cluster.pki import ExtenderTls, extender_tls
+from nativedra.cluster.waits import http_ok
+from tests.extender.test_app import CLAIMS, MALFORMED
+
+FAST_POD = {"metadata": {"name": "web", "namespace": "default"}, "spec": {"containers": []}}
+
+
+@dataclass
+class Running:
+    process: subprocess.Popen[bytes]
+    port: int
+    tls: ExtenderTls
+    log: Path
+
+    def context(self, with_certificate: bool = True) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.tls.ca_cert))
+        if with_certificate:
+            context.load_cert_chain(str(self.tls.client_cert), str(self.tls.client_key))
+        return context
+
+    def post(self, verb: str, body: bytes, with_certificate: bool = True) -> tuple[int, str]:
+        connection = http.client.HTTPSConnection(
+            "localhost", self.port, context=self.context(with_certificate), timeout=30
+        )
+        try:
+            connection.request("POST", f"/{verb}", body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            return response.status, response.read().decode()
+        finally:
+            connection.close()
+
+
+@pytest.fixture
+def extender(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Running]:
+    tls = extender_tls(tmp_path / "tls")
+    port, probe_port = free_port(), free_port()
+    log = tmp_path / "extender.log"
+    flags = ["--tls-cert-file", str(tls.serving_cert), "--tls-key-file", str(tls.serving_key)]
+    flags += ["--client-ca-file", str(tls.ca_cert), "--probe-port", str(probe_port)]
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            commands.extender(control_plane.kubeconfig, port, *flags), stdout=output, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{probe_port}/readyz"), 60, "the extender's /readyz", log.read_text)
+        yield Running(process, port, tls, log)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_only_a_client_with_a_certificate_from_the_ca_is_answered(extender: Running) -> None:
+    body = json.dumps({"Pod": FAST_POD, "NodeNames": ["a", "b"]}).encode()
+    assert extender.post("filter", body) == (
+        200,
+        json.dumps(
+            {"NodeNames": ["a", "b"], "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""},
+            separators=(",", ":"),
+        ),
+    )
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        extender.post("filter", body, with_certificate=False)
+
+
+def test_malformed_and_oversized_bodies_are_refused_with_a_reason(extender: Running) -> None:
+    for shape, (body, field) in MALFORMED.items():
+        for verb in ("filter", "prioritize"):
+            status, text = extender.post(verb, body)
+            assert status == 400 and field in json.loads(text)["Error"], (shape, verb, status, text)
+    names = [f"node-{index:07d}-{'x' * 100}" for index in range(20_000)]
+    status, text = extender.post("filter", json.dumps({"Pod": FAST_POD, "NodeNames": names}).encode())
+    assert status == 413, text
+    assert extender.process.poll() is None, extender.log.read_text()
+
+
+def test_sigterm_ends_a_busy_extender_within_10_seconds(extender: Running) -> None:
+    pod = {**FAST_POD, "spec": {"containers": [], "resourceClaims": CLAIMS}}
+    body = json.dumps({"Pod": pod, "NodeNames": [f"node-{i:05d}" for i in range(5000)]}).encode()
+    stop = threading.Event()
+
+    def hammer() -> None:
+        while not stop.is_set():
+            try:
+                extender.post("prioritize", body)
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.01)
+
+    callers = [threading.Thread(target=hammer, daemon=True) for _ in range(16)]
+    for caller in callers:
+        caller.start()
+    try:
+        time.sleep(2)
+        started = time.monotonic()
+        extender.process.send_signal(signal.SIGTERM)
+        extender.process.wait(15)
+        assert time.monotonic() - started < 10, extender.log.read_text()
+    finally:
+        stop.set()
