@@ -15,7 +15,6 @@ import copy
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from cdi.store import SpecStore, is_kubernetes_uid, spec_text
 from dra_driver import DRIVER_NAME, metrics
 from dra_driver.cdi_edits import CDI_CLASS, CDI_VENDOR, ClaimDevice, HostDevices, claim_spec
 from dra_driver.checkpoint import Checkpoint, ClaimRecord, ClaimState
+from dra_driver.claim_locks import ClaimLocks
 from dra_driver.errors import PrepareError
 from dra_driver.kubelet_paths import CDI_SEARCH_DIRS
 from dra_driver.opaque_config import ConfigError, config_for_request
@@ -200,12 +200,7 @@ class ClaimPreparer:
         self.host = HostDevices(dev_root)
         self.cdi_roots = cdi_roots
         self.mig_supported = mig_supported
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
-
-    def _lock(self, uid: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(uid, threading.Lock())
+        self._locks = ClaimLocks()
 
     # -- prepare ------------------------------------------------------------------------------
 
@@ -214,7 +209,7 @@ class ClaimPreparer:
         started = time.perf_counter()
         try:
             check_uid(ref)
-            with self._lock(ref.uid):
+            with self._locks.held(ref.uid):
                 return self._prepare(ref)
         except PrepareError as error:
             metrics.CLAIM_ERRORS.labels("prepare", error.reason).inc()
@@ -324,7 +319,7 @@ class ClaimPreparer:
 
         try:
             check_uid(ref)
-            with self._lock(ref.uid):
+            with self._locks.held(ref.uid):
                 self.specs.remove(ref.uid)
                 metrics.PREPARED_CLAIMS.set(self.checkpoint.update(forget))
         except PrepareError as error:
