@@ -84,8 +84,16 @@ def test_scheduler_configuration_is_accepted_by_kube_scheduler(
         document = yaml.safe_load(config_map["data"]["config.yaml"])
     else:
         document = yaml.safe_load(path.read_text())
-    # A real scheduler's file also names its own kubeconfig; only that is added here.
+    # A real scheduler's file also names its own kubeconfig; only that is added here. The extender's
+    # client certificate files are the admin's to install: real PEM files from the test cluster's
+    # PKI stand in for them (kube-scheduler reads them at start).
     document["clientConnection"] = {"kubeconfig": str(control_plane.kubeconfig)}
+    extender = document["extenders"][0]
+    assert extender["urlPrefix"].startswith("https://") and extender["enableHTTPS"] is True
+    certs = control_plane.layout.certs
+    stand_ins = {"caFile": certs.ca_cert, "certFile": certs.serving_cert, "keyFile": certs.serving_key}
+    assert set(extender["tlsConfig"]) == set(stand_ins), "the extender verifies the scheduler's client certificate"
+    extender["tlsConfig"] = {key: str(value) for key, value in stand_ins.items()}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(document))
     written = tmp_path / "effective.yaml"
@@ -104,6 +112,7 @@ def test_scheduler_configuration_is_accepted_by_kube_scheduler(
     assert result.returncode == 0, result.stderr[-2000:]
     effective = yaml.safe_load(written.read_text())
     assert effective["extenders"][0]["nodeCacheCapable"] is True
+    assert effective["extenders"][0]["enableHTTPS"] is True
     assert effective["percentageOfNodesToScore"] == 100
 
 
