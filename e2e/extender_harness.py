@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +25,7 @@ from dra_driver.slices import build_slices
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from nativedra.cluster.controlplane import free_port
+from nativedra.cluster.pki import ExtenderTls, extender_tls
 from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.cluster.waits import http_ok, unschedulable_message
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
@@ -30,28 +35,53 @@ GPU_CLASS = "gpu.nativedra.dev"
 
 @dataclass
 class ExtenderCluster:
+    """The real scheduler calls the extender over mutual TLS, as in a cluster (`tls`'s client
+    certificate is the scheduler's); probes use the plain-HTTP probe port."""
+
     plane: ControlPlane
     api: client.ApiClient
     port: int
+    probe_port: int
+    tls: ExtenderTls
     config_file: Path
     log: Path
     process: subprocess.Popen[bytes] | None = None
     nodes: list[str] = field(default_factory=list)
 
     def start_extender(self) -> None:
+        tls_flags = [
+            f"--tls-cert-file={self.tls.serving_cert}",
+            f"--tls-key-file={self.tls.serving_key}",
+            f"--client-ca-file={self.tls.ca_cert}",
+            f"--probe-port={self.probe_port}",
+        ]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                # loopback only; the mutual-TLS wiring is exercised by e2e/test_abuse_extender_http.py
-                commands.extender(
-                    self.plane.kubeconfig, self.port, "--insecure-http", "--config", str(self.config_file)
-                ),
+                commands.extender(self.plane.kubeconfig, self.port, "--config", str(self.config_file), *tls_flags),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
         wait_for(self.ready, 60, "the extender's /readyz", self.log.read_text)
 
     def ready(self) -> bool:
-        return http_ok(f"http://127.0.0.1:{self.port}/readyz")
+        return http_ok(f"http://127.0.0.1:{self.probe_port}/readyz")
+
+    def client_context(self) -> ssl.SSLContext:
+        """TLS as the scheduler speaks it: trusts the extender's CA, presents the client certificate."""
+        context = ssl.create_default_context(cafile=str(self.tls.ca_cert))
+        context.load_cert_chain(self.tls.client_cert, self.tls.client_key)
+        return context
+
+    def post(self, verb: str, body: bytes) -> tuple[int, Any]:
+        """POST an extender verb as the scheduler would; (status, decoded JSON answer)."""
+        request = urllib.request.Request(
+            f"https://127.0.0.1:{self.port}/{verb}", data=body, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=self.client_context()) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
 
     def kill_extender(self) -> None:
         if self.process and self.process.poll() is None:
@@ -81,7 +111,10 @@ class ExtenderCluster:
 @contextlib.contextmanager
 def extender_cluster(root: Path, extender_config: dict[str, Any]) -> Iterator[ExtenderCluster]:
     port = free_port()
-    plane = ControlPlane(state_dir=root / "cluster", binaries=resolve(), scheduler_config_extra=scheduler_extra(port))
+    tls = extender_tls(root / "extender-tls")
+    plane = ControlPlane(
+        state_dir=root / "cluster", binaries=resolve(), scheduler_config_extra=scheduler_extra(port, tls)
+    )
     plane.start()
     config_file = root / "extender.yaml"
     config_file.write_text(yaml.safe_dump(extender_config))
@@ -89,6 +122,8 @@ def extender_cluster(root: Path, extender_config: dict[str, Any]) -> Iterator[Ex
         plane,
         config.new_client_from_config(config_file=str(plane.kubeconfig)),
         port,
+        free_port(),
+        tls,
         config_file,
         root / "extender.log",
     )

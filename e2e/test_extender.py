@@ -7,12 +7,9 @@ import contextlib
 import json
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -250,28 +247,17 @@ def test_restarted_extender_keeps_the_held_capacity_and_the_gang_completes_in_it
     assert {rack_of[n] for n in bound(ext.api, ext_namespace, first_half + second_half).values()} == {"rack-1"}
 
 
-def _post(ext: ExtenderCluster, verb: str, body: bytes) -> tuple[int, Any]:
-    request_ = urllib.request.Request(
-        f"http://127.0.0.1:{ext.port}/{verb}", data=body, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request_, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
-
-
 def test_fast_path_and_malformed_calls(ext: ExtenderCluster, ext_namespace: str) -> None:
     pod = {"metadata": {"name": "web", "namespace": ext_namespace}, "spec": {"containers": [{"name": "c"}]}}
-    status, answer = _post(ext, "filter", json.dumps({"Pod": pod, "NodeNames": ["a", "b", "c"]}).encode())
+    status, answer = ext.post("filter", json.dumps({"Pod": pod, "NodeNames": ["a", "b", "c"]}).encode())
     assert status == 200 and answer["NodeNames"] == ["a", "b", "c"] and answer["FailedNodes"] == {}
     nodes = {"items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]}
-    status, answer = _post(ext, "filter", json.dumps({"Pod": pod, "Nodes": nodes}).encode())
+    status, answer = ext.post("filter", json.dumps({"Pod": pod, "Nodes": nodes}).encode())
     assert status == 200 and [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["a", "b"]
 
-    status, answer = _post(ext, "filter", b"{not json")
+    status, answer = ext.post("filter", b"{not json")
     assert status == 400 and "not JSON" in answer["Error"]
-    status, answer = _post(ext, "prioritize", json.dumps({"NodeNames": ["a"]}).encode())
+    status, answer = ext.post("prioritize", json.dumps({"NodeNames": ["a"]}).encode())
     assert status == 400 and "'Pod'" in answer["Error"]
     assert ext.ready(), "the extender keeps serving after bad input"
 
