@@ -273,6 +273,13 @@ def _too_big(gang: Gang, demand: Demand, nodes: dict[str, Node], matcher: Matche
     key, size = gang.ref.key, gang.size
     if limits.max_gang_size is not None and size > limits.max_gang_size:
         return f"gang {key} has {size} pods, more than maxGangSize {limits.max_gang_size}"
+    # Every member takes at least `fewest` allocations: when all the node's devices together hold
+    # that many for every member (a sum of cached per-node counts), the exact count per matching
+    # device is not needed: the fit loops are bounded per node anyway.
+    allocations = [node.allocations for node in nodes.values()]
+    fewest = min(1 if r.all_devices else max(1, r.count) for r in demand.requests)
+    if None not in allocations and size * fewest <= sum(a for a in allocations if a is not None):
+        return None
     most = most_members(demand, nodes, matcher)
     if most is not None and size > most:
         return (
