@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 PACKAGES := nativedra dra_driver cdi extender kube cmdline fsutil e2e
 
-.PHONY: demo test lint unit e2e bench venv clean down protos
+.PHONY: demo test lint unit e2e bench soak venv clean down protos
 
 venv: $(VENV)/.installed
 
@@ -47,6 +47,11 @@ protos: venv
 
 bench: venv
 	$(BIN)/python -m bench
+
+# 10 minutes of churn with the extender and a plugin SIGKILLed twice each (CI runs a 90 s one).
+soak: venv
+	$(BIN)/nativedra cluster build >/dev/null
+	$(BIN)/python -m e2e.soak --seconds 600
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from e2e.conftest import NodePlugin
 from e2e.dra import allocated_claim
+from e2e.node_plugin import NodePlugin
 from e2e.test_kubelet_plugin import DOMAIN, _spec_files, _whole_gpu_claim
 from kube.resources import RESOURCE_CLAIM_TEMPLATES
 from nativedra.cluster import wait_for

@@ -21,8 +21,8 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
-from e2e.conftest import NodePlugin
 from e2e.dra import allocated_claim
+from e2e.node_plugin import NodePlugin
 from kube.resources import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.cluster.controlplane import free_port
