@@ -150,6 +150,10 @@ class Decider:
             return [], dict.fromkeys(names, reason), "unresolved"
         cluster = self.plan(view, pod, now)
         if ref is not None:
+            placed = allocated_node(pod, view.claims, self.config.driver)
+            if placed is not None:  # asked again after its claim was allocated: that node alone can take it
+                reason = f"the claims of this pod are allocated on {placed}"
+                return [n for n in names if n == placed], {n: reason for n in names if n != placed}, "gang"
             plan = cluster.plans[ref.key]
             if not plan.feasible:
                 return [], dict.fromkeys(names, plan.reason), "gang-rejected"

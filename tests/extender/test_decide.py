@@ -190,3 +190,13 @@ def test_each_gang_plan_is_logged_once_and_rejections_at_debug(caplog: pytest.Lo
         "gang ns/gang:g planned onto rack small: small-0, small-1 (best fit: the rack with the least room to spare)"
     ]
     assert len(rejected) == 1 and "gang ns/gang:w needs 5 more pod(s)" in rejected[0].getMessage()
+
+
+def test_a_member_asked_about_after_its_claim_was_allocated_keeps_its_node() -> None:
+    """Its rack-mates are planned onto both nodes of rack a; the member itself can only go to a-0."""
+    first = four_gpu_member(0, claim="t-0-gpus")
+    claim = allocated_claim("t-0-gpus", "a-0", [f"gpu-{i}" for i in range(4)], reserved_for="t-0")
+    members = [first, *(four_gpu_member(i) for i in range(1, 4))]
+    cluster = view(racks({"a": 2, "b": 2}), pods=members, templates=[FOUR], claims=[claim])
+    passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, first, sorted(cluster.nodes), SOON_AFTER)
+    assert passing == ["a-0"] and failed["a-1"] == "the claims of this pod are allocated on a-0"
