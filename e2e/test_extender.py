@@ -20,8 +20,6 @@ from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
 from e2e.extender_harness import ExtenderCluster, bound, extender_cluster, gang_pods
-from e2e.shapes import jobset_pods as jobset_shape
-from e2e.shapes import lws_pod
 from extender.config import RACK_LABEL
 from nativedra.cluster import create_fake_node, wait_for, wait_pod_scheduled
 from nativedra.cluster.waits import unschedulable_message
@@ -177,38 +175,6 @@ def test_required_rack_lands_in_one_rack_or_waits_whole_and_preferred_packs_or_s
     spread = gang_pods(ext.api, ext_namespace, "pref-d", 3, 8, selector=selector, annotations=preferred)
     wait_for(lambda: len(bound(ext.api, ext_namespace, spread)) == 3, 90, "gang pref-d placed across racks")
     assert {rack_of[n] for n in bound(ext.api, ext_namespace, spread).values()} == {"rack-2", "rack-3"}
-
-
-def test_jobset_and_leaderworkerset_shapes_are_placed_as_gangs(ext: ExtenderCluster, ext_namespace: str) -> None:
-    test = uuid.uuid4().hex[:6]
-    rack_of = _racks(ext, test, {"rack-1": 2, "rack-2": 4})
-    selector = {TEST_LABEL: test}
-    claim_template(ext.api, ext_namespace, "eight", [request("gpus", "gpu.nativedra.dev", count=8)])
-    jobset_pods = jobset_shape(
-        ext.api,
-        ext_namespace,
-        "train",
-        "eight",
-        replicas=2,
-        parallelism=2,
-        exclusive_topology=RACK_LABEL,
-        node_selector=selector,
-    )
-    wait_for(
-        lambda: len(bound(ext.api, ext_namespace, jobset_pods)) == 4,
-        90,
-        "the JobSet's 4 pods placed",
-        lambda: _reasons(ext.api, ext_namespace, jobset_pods),
-    )
-    assert {rack_of[n] for n in bound(ext.api, ext_namespace, jobset_pods).values()} == {"rack-2"}, (
-        "exclusive: one rack"
-    )
-
-    leader = lws_pod(ext.api, ext_namespace, "serve", "eight", size=2, worker=0, node_selector=selector)
-    assert wait_pod_scheduled(ext.api, ext_namespace, leader, 90), "the leader is placed before its workers exist"
-    worker = lws_pod(ext.api, ext_namespace, "serve", "eight", size=2, worker=1, node_selector=selector)
-    assert wait_pod_scheduled(ext.api, ext_namespace, worker, 90)
-    assert {rack_of[n] for n in bound(ext.api, ext_namespace, ["serve-0", "serve-0-1"]).values()} == {"rack-1"}
 
 
 def test_restarted_extender_keeps_the_held_capacity_and_the_gang_completes_in_its_domain(

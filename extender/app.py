@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender import metrics
-from extender.decide import Decider
+from extender.decide import RETRY, Decider
 from extender.gang import may_belong_to_gang
 from extender.health import Watchdog
 from extender.state import ClusterState
@@ -158,7 +158,8 @@ def create_app(
         metrics.REQUESTS.labels("filter", path).inc()
         metrics.REJECTED_NODES.labels(path).inc(len(failed))
         metrics.SECONDS.labels("filter").observe(time.perf_counter() - started)
-        return filter_result(args, passing, failed).model_dump()
+        error = next(iter(failed.values()), "") if path == RETRY else ""
+        return filter_result(args, passing, {} if error else failed, error).model_dump()
 
     @app.post("/prioritize")
     async def prioritize(request: Request) -> Any:

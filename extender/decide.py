@@ -21,6 +21,11 @@ from extender.scoring import score
 from extender.view import ClusterView
 
 plan_log = logging.getLogger("extender.plan")
+# The path of an answer that depends on an object the watches have not delivered yet (a claim
+# template, a JobSet): the app answers it as an extender error, which the scheduler retries after
+# a short backoff, instead of a rejection, which parks the pod until some cluster event (up to
+# 5 minutes when none comes).
+RETRY = "retry"
 
 
 def _timestamp(text: str | None) -> float:
@@ -78,7 +83,7 @@ class Decider:
         )
 
     def gang(self, view: ClusterView, pod: dict[str, Any]) -> GangRef | None:
-        return gang_of(pod, view.job_parallelism, view.pod_group_min)
+        return gang_of(pod, view.jobsets, view.pod_group_min)
 
     def gangs(self, view: ClusterView, extra: dict[str, Any] | None = None) -> list[Gang]:
         pods = dict(view.pods)
@@ -103,6 +108,7 @@ class Decider:
                     bound_at=_bound_at(pod),
                     spec=pod.get("spec") or {},
                     done=phase == "Succeeded",
+                    part=ref.part,
                 )
             )
         return list(gangs.values())
@@ -147,7 +153,7 @@ class Decider:
             return names, {}, "fast"
         if ref is None and demand.unresolved:
             reason = f"waiting to see {', '.join(demand.unresolved)}"
-            return [], dict.fromkeys(names, reason), "unresolved"
+            return [], dict.fromkeys(names, reason), RETRY
         cluster = self.plan(view, pod, now)
         if ref is not None:
             placed = allocated_node(pod, view.claims, self.config.driver)
@@ -156,13 +162,14 @@ class Decider:
                 return [n for n in names if n == placed], {n: reason for n in names if n != placed}, "gang"
             plan = cluster.plans[ref.key]
             if not plan.feasible:
-                return [], dict.fromkeys(names, plan.reason), "gang-rejected"
-            if not plan.slots:  # nothing left to hold (e.g. all members bound): no restriction
+                return [], dict.fromkeys(names, plan.reason), RETRY if plan.transient else "gang-rejected"
+            slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
+            if not slots:  # nothing left to hold (e.g. all members bound): no restriction
                 return names, {}, "gang"
-            planned = sorted(plan.slots)
-            passing = [name for name in names if name in plan.slots]
+            planned = sorted(slots)
+            passing = [name for name in names if name in slots]
             reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
-            return passing, {name: reason for name in names if name not in plan.slots}, "gang"
+            return passing, {name: reason for name in names if name not in slots}, "gang"
         failed = {}
         for name in names:
             holders = cluster.holders.get(name)

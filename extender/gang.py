@@ -1,13 +1,21 @@
 """Which gang a pod belongs to, how many members the gang has, and its topology wishes.
 
 Sources, in order: nativedra.dev/gang; scheduler-plugins PodGroup; Kueue plain-pod groups;
-JobSet (replicated job: replicas x parallelism); LeaderWorkerSet (one group of `size` pods).
+JobSet; LeaderWorkerSet (one group of `size` pods).
+
+A JobSet is one gang: it runs only when all its replicated jobs run, so a driver placed without
+its workers would hold GPUs for nothing. Its parts are its Jobs (`<replicated job>/<index>`, sizes
+from the JobSet object). With JobSet's exclusive topology (annotation on the JobSet or on a
+replicated job's template, copied to the pods) each Job gets a domain of its own at that level,
+as JobSet's webhook enforces with pod affinity to its own job and anti-affinity to every other
+(https://jobset.sigs.k8s.io/docs/concepts/ — exclusive placement); the gang is all its Jobs,
+each alone in a domain, or nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 GANG = "nativedra.dev/gang"
@@ -21,15 +29,24 @@ KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
-JOBSET_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
+JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 JOBSET_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
-JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 # Without one of these labels `gang_of` finds no gang, whatever else the pod carries.
 IDENTITY_LABELS = (GANG, POD_GROUP, KUEUE_GROUP, JOBSET_NAME, LWS_NAME)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A subset of a gang placed by its own rule: a JobSet's Job. `exclusive` is the topology
+    level at which the part needs a domain of its own (None: it goes with the rest of the gang)."""
+
+    key: str
+    size: int
+    exclusive: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,37 @@ class GangRef:
     preferred_topology: str | None = None
     exclusive: bool = False
     error: str | None = None
+    part: str = ""  # which of `parts` this pod belongs to
+    parts: tuple[Part, ...] = ()  # empty: one part, the whole gang
+    unseen: str | None = None  # an object that sizes the gang, not delivered by the watches yet
+
+
+@dataclass(frozen=True)
+class JobSetShape:
+    """What a JobSet object says about its gang: its Jobs, their pod counts, exclusive levels."""
+
+    jobs: tuple[tuple[str, int, int, str | None], ...]  # (replicated job, replicas, pods per Job, exclusive)
+
+    @classmethod
+    def from_api(cls, jobset: dict[str, Any]) -> JobSetShape:
+        level = ((jobset.get("metadata") or {}).get("annotations") or {}).get(JOBSET_EXCLUSIVE)
+        jobs = []
+        for replicated in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+            template = replicated.get("template") or {}
+            job_spec = template.get("spec") or {}
+            parallelism = int(job_spec.get("parallelism") or 1)
+            pods = min(parallelism, int(job_spec.get("completions") or parallelism))
+            own = ((template.get("metadata") or {}).get("annotations") or {}).get(JOBSET_EXCLUSIVE)
+            jobs.append((str(replicated.get("name")), int(replicated.get("replicas") or 1), pods, own or level))
+        return cls(tuple(jobs))
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        return tuple(
+            Part(f"{name}/{index}", pods, exclusive)
+            for name, replicas, pods, exclusive in self.jobs
+            for index in range(replicas)
+        )
 
 
 def _size(value: str | None, where: str) -> tuple[int | None, str | None]:
@@ -64,7 +112,7 @@ def may_belong_to_gang(pod: dict[str, Any]) -> bool:
 
 def gang_of(
     pod: dict[str, Any],
-    job_parallelism: Mapping[tuple[str, str], int],
+    jobsets: Mapping[tuple[str, str], JobSetShape],
     pod_group_min: Mapping[tuple[str, str], int],
 ) -> GangRef | None:
     metadata = pod["metadata"]
@@ -99,12 +147,14 @@ def gang_of(
         size, error = _size(annotations.get(KUEUE_TOTAL), f"{KUEUE_TOTAL} of pod {namespace}/{metadata['name']}")
         return ref("kueue", labels[KUEUE_GROUP], size, error)
     if JOBSET_NAME in labels and JOBSET_REPLICATED_JOB in labels:
-        replicas, error = _size(both.get(JOBSET_REPLICAS), f"{JOBSET_REPLICAS} of pod {namespace}/{metadata['name']}")
-        job = next((labels[key] for key in JOB_NAME_LABELS if key in labels), None)
-        parallelism = job_parallelism.get((namespace, job), 1) if job else 1
-        size = replicas * parallelism if replicas else None
-        name = f"{labels[JOBSET_NAME]}/{labels[JOBSET_REPLICATED_JOB]}"
-        return ref("jobset", name, size, error, both.get(JOBSET_EXCLUSIVE))
+        name = labels[JOBSET_NAME]
+        shape = jobsets.get((namespace, name))
+        part = f"{labels[JOBSET_REPLICATED_JOB]}/{labels.get(JOBSET_JOB_INDEX, '0')}"
+        if shape is None:
+            return replace(ref("jobset", name, None), part=part, unseen=f"JobSet {namespace}/{name}")
+        parts = shape.parts
+        exclusive = any(p.exclusive for p in parts)
+        return replace(ref("jobset", name, sum(p.size for p in parts)), part=part, parts=parts, exclusive=exclusive)
     if LWS_NAME in labels and LWS_GROUP in labels:
         size, error = _size(annotations.get(LWS_SIZE), f"{LWS_SIZE} of pod {namespace}/{metadata['name']}")
         return ref("lws", f"{labels[LWS_NAME]}/{labels[LWS_GROUP]}", size, error, both.get(LWS_EXCLUSIVE))

@@ -24,7 +24,7 @@ from typing import Any
 from extender.capacity import Matcher, members_fit, most_members
 from extender.demand import Demand
 from extender.eligibility import eligible
-from extender.gang import GangRef
+from extender.gang import GangRef, Part
 from extender.model import Node, Usage
 
 ANYWHERE = "the cluster"
@@ -39,6 +39,7 @@ class Member:
     bound_at: float | None = None
     spec: dict[str, Any] = field(default_factory=dict, compare=False)  # for node eligibility
     done: bool = False  # Succeeded: it needs no capacity any more, and holds no domain
+    part: str = ""  # the gang part (a JobSet's Job) it belongs to
 
 
 @dataclass
@@ -47,9 +48,17 @@ class Gang:
     members: list[Member] = field(default_factory=list)
 
     @property
+    def parts(self) -> tuple[Part, ...]:
+        """The gang's parts; a gang without parts is one part, exclusive when the gang is."""
+        if self.ref.parts:
+            return self.ref.parts
+        level = self.ref.required_topology if self.ref.exclusive else None
+        return (Part("", self.ref.size or 0, level),)
+
+    @property
     def size(self) -> int:
         """A gang is never smaller than the members that exist (e.g. a Job not yet seen by the watch)."""
-        return max(self.ref.size or 0, len(self.members))
+        return max(sum(p.size for p in self.parts), len(self.members))
 
     @property
     def placed(self) -> list[Member]:
@@ -61,24 +70,53 @@ class Gang:
         """Members still to place: finished ones are done, not waiting."""
         return max(0, self.size - len(self.placed) - sum(m.done for m in self.members))
 
+    def part_remaining(self, part: Part) -> int:
+        """A part's members still to place (a one-part gang: the gang's)."""
+        if len(self.parts) == 1:
+            return self.remaining
+        mine = [m for m in self.members if m.part == part.key]
+        return max(0, part.size - sum(1 for m in mine if m.node or m.done))
+
+    def part_placed(self, part: Part) -> list[Member]:
+        return [m for m in self.placed if len(self.parts) == 1 or m.part == part.key]
+
     def anchor(self) -> float:
         """When the gang last made progress (created, or a member bound)."""
         times = [m.created for m in self.members] + [m.bound_at for m in self.members if m.bound_at]
         return max(times) if self.placed else min(m.created for m in self.members)
 
-    def representative(self) -> Member | None:
-        """The newest member still to be placed (else the newest placed one) stands for those not created yet."""
-        waiting = [m for m in self.members if not m.node and not m.done and m.demand.needs_devices]
-        source = waiting or [m for m in self.members if m.demand.needs_devices]
-        return max(source, key=lambda m: m.created) if source else None
+    def representative(self, part: Part | None = None) -> Member | None:
+        """Who stands for members not created yet: the newest member still to be placed (else the
+        newest placed one) of the part, else of the same replicated job, else of the gang. A
+        stand-in from another part must not carry a node selector that pins it to its own part's
+        domain (JobSet followers get their leader's domain as a selector)."""
+        pools = [self.members]
+        if part is not None and len(self.parts) > 1:
+            family = part.key.rsplit("/", 1)[0]
+            pools = [
+                [m for m in self.members if m.part == part.key],
+                [m for m in self.members if m.part.rsplit("/", 1)[0] == family and not _pinned(m, part)],
+                [m for m in self.members if not _pinned(m, part)],
+            ]
+        for pool in pools:
+            waiting = [m for m in pool if not m.node and not m.done and m.demand.needs_devices]
+            source = waiting or [m for m in pool if m.demand.needs_devices]
+            if source:
+                return max(source, key=lambda m: m.created)
+        return None
 
-    def demand(self) -> Demand:
-        member = self.representative()
+    def demand(self, part: Part | None = None) -> Demand:
+        member = self.representative(part)
         return member.demand if member else Demand(())
 
-    def may_use(self, node: Node) -> bool:
-        member = self.representative()
+    def may_use(self, node: Node, part: Part | None = None) -> bool:
+        member = self.representative(part)
         return member is None or eligible(member.spec, node.name, node.labels)
+
+
+def _pinned(member: Member, part: Part) -> bool:
+    """The member's node selector names the part's exclusive level (its own part's domain)."""
+    return bool(part.exclusive and part.exclusive in (member.spec.get("nodeSelector") or {}))
 
 
 @dataclass
@@ -89,6 +127,9 @@ class Plan:
     domain: str = ANYWHERE
     reason: str = ""
     expired: bool = False
+    part_slots: dict[str, dict[str, int]] = field(default_factory=dict)  # part -> node -> members
+    # Not placeable only until the watches deliver an object it needs: worth retrying soon.
+    transient: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,24 +200,31 @@ def _hold_clock(
     return HoldClock(since, members, expired, usable() if expired else {})
 
 
-def _domains(nodes: dict[str, Node], level: str | None, gang: Gang) -> dict[str, list[str]]:
-    """Domain value -> nodes the gang may use there; members already placed decide the domain."""
-    usable = {name: node for name, node in nodes.items() if gang.may_use(node)}
+def _domains(nodes: dict[str, Node], level: str | None, gang: Gang, part: Part | None = None) -> dict[str, list[str]]:
+    """Domain value -> nodes the gang (or one part) may use there; members already placed decide
+    the domain."""
+    usable = {name: node for name, node in nodes.items() if gang.may_use(node, part)}
     if not level:
         return {ANYWHERE: sorted(usable)}
     domains: dict[str, list[str]] = defaultdict(list)
     for name, node in sorted(usable.items()):
         if level in node.labels:
             domains[node.labels[level]].append(name)
-    placed = {nodes[m.node].labels.get(level) for m in gang.placed if m.node in nodes}
+    members = gang.part_placed(part) if part is not None else gang.placed
+    placed = {nodes[m.node].labels.get(level) for m in members if m.node in nodes}
     if placed:
         return {value: names for value, names in domains.items() if value in placed}
     return dict(domains)
 
 
-def _held_by_another_exclusive_gang(gang: Gang, names: list[str], taken: dict[str, str]) -> bool:
-    """An exclusive gang (JobSet/LWS exclusive-topology) shares its domain with no other one."""
-    return gang.ref.exclusive and any(taken.get(name, gang.ref.key) != gang.ref.key for name in names)
+def owner(gang: Gang, part: str) -> str:
+    """Who holds a domain exclusively: the gang, or one part (a JobSet's Job)."""
+    return f"{gang.ref.key}#{part}" if part else gang.ref.key
+
+
+def _held_by_another(names: list[str], taken: Mapping[str, str], mine: str) -> bool:
+    """An exclusive part (JobSet/LWS exclusive-topology) shares its domain with no other one."""
+    return any(taken.get(name, mine) != mine for name in names)
 
 
 def _levels(ref: GangRef) -> list[str | None]:
@@ -216,13 +264,6 @@ def _fit_domain(
     return _DomainFit(domain, sum(fits for _, fits in room), room)
 
 
-def _choose(candidates: list[_DomainFit], sticky: str | None) -> _DomainFit:
-    """The domain already given to members not yet seen bound, while it still fits; else best fit:
-    the least room to spare, so big free domains stay whole for big gangs."""
-    kept = [c for c in candidates if c.domain == sticky]
-    return kept[0] if kept else min(candidates, key=lambda c: (c.total, c.domain))
-
-
 def _assign(
     fit: _DomainFit, nodes: dict[str, Node], usage: dict[str, Usage], demand: Demand, *, need: int, matcher: Matcher
 ) -> tuple[dict[str, int], dict[str, Usage]]:
@@ -246,11 +287,15 @@ def _settled(gang: Gang, demand: Demand) -> Plan | None:
     not known yet, or no demand for our devices."""
     if gang.ref.error:
         return Plan(gang.ref.key, False, reason=f"gang {gang.ref.key}: {gang.ref.error}")
+    if gang.ref.unseen:
+        return Plan(
+            gang.ref.key, False, reason=f"gang {gang.ref.key}: waiting to see {gang.ref.unseen}", transient=True
+        )
     if gang.remaining == 0:
         return Plan(gang.ref.key, True)
     if demand.unresolved:
         waiting_for = ", ".join(demand.unresolved)
-        return Plan(gang.ref.key, False, reason=f"gang {gang.ref.key}: waiting to see {waiting_for}")
+        return Plan(gang.ref.key, False, reason=f"gang {gang.ref.key}: waiting to see {waiting_for}", transient=True)
     if not demand.requests:
         return Plan(gang.ref.key, True)
     return None
@@ -299,6 +344,139 @@ def _why(gang: Gang, level: str | None) -> str:
     return f"no single {wanted} has room; it is preferred, not required" if wanted else "no topology asked"
 
 
+@dataclass
+class _Placement:
+    """Where a gang's remaining members go: per part, per node; and the usage that holds them."""
+
+    part_slots: dict[str, dict[str, int]] = field(default_factory=dict)
+    changed: dict[str, Usage] = field(default_factory=dict)
+    domains: list[str] = field(default_factory=list)
+
+    def add(self, part: str, slots: dict[str, int], changed: dict[str, Usage], where: str) -> None:
+        self.part_slots[part] = slots
+        self.changed.update(changed)
+        self.domains.append(where)
+
+    def slots(self) -> dict[str, int]:
+        total: dict[str, int] = defaultdict(int)
+        for slots in self.part_slots.values():
+            for name, count in slots.items():
+                total[name] += count
+        return dict(total)
+
+
+def _place_exclusive(
+    gang: Gang,
+    part: Part,
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    matcher: Matcher,
+    *,
+    taken: Mapping[str, str],
+    used: set[str],
+    out_of_time: Callable[[], bool],
+) -> tuple[str, dict[str, int], dict[str, Usage]] | str:
+    """A domain of its own for one part: (domain, slots, usage) or why there is none."""
+    level, need, demand = part.exclusive, gang.part_remaining(part), gang.demand(part)
+    mine = owner(gang, part.key)
+    free = {
+        domain: names
+        for domain, names in _domains(nodes, level, gang, part).items()
+        if domain not in used and not _held_by_another(names, taken, mine)
+    }
+    fits = [
+        _fit_domain(domain, names, nodes, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
+        for domain, names in free.items()
+    ]
+    candidates = [fit for fit in fits if fit.total >= need]
+    if not candidates:
+        best = max(fits, key=lambda fit: (fit.total, fit.domain), default=None)
+        room = f"the best free {level} ({best.domain}) has room for {best.total}" if best else f"no {level} is free"
+        label = f" ({part.key})" if part.key else ""
+        return (
+            f"gang {gang.ref.key}: a part{label} needs {need} more pod(s) x {demand.devices} device(s) "
+            f"in a {level} of its own; {room}"
+        )
+    chosen = min(candidates, key=lambda c: (c.total, c.domain))
+    slots, changed = _assign(chosen, nodes, usage, demand, need=need, matcher=matcher)
+    return chosen.domain, slots, changed
+
+
+def _fit_together(
+    gang: Gang,
+    parts: list[Part],
+    fit: _DomainFit,
+    domain_nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    *,
+    matcher: Matcher,
+    out_of_time: Callable[[], bool],
+) -> _Placement | None:
+    """All `parts` in one domain (`fit` is the first part's fit there), one after the other on the
+    usage the earlier ones leave; None if one does not fit."""
+    placement = _Placement()
+    working = dict(usage)
+    for index, part in enumerate(parts):
+        demand, need = gang.demand(part), gang.part_remaining(part)
+        if index:
+            fit = _fit_domain(
+                fit.domain,
+                sorted(domain_nodes),
+                domain_nodes,
+                working,
+                demand,
+                need=need,
+                matcher=matcher,
+                out_of_time=out_of_time,
+            )
+            if fit.total < need:
+                return None
+        slots, changed = _assign(fit, domain_nodes, working, demand, need=need, matcher=matcher)
+        working.update(changed)
+        placement.add(part.key, slots, changed, fit.domain)
+    return placement
+
+
+@dataclass(frozen=True)
+class _Together:
+    """The non-exclusive parts' placement and the level it is at, or the best room seen."""
+
+    placement: _Placement | None
+    level: str | None = None
+    best_seen: tuple[int, str] = (0, "")
+
+
+def _place_together(
+    gang: Gang,
+    parts: list[Part],
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    matcher: Matcher,
+    *,
+    taken: Mapping[str, str],
+    out_of_time: Callable[[], bool],
+) -> _Together:
+    """The non-exclusive parts in one domain at the gang's level, best fit: the feasible domain
+    with the least room to spare, so big free domains stay whole for big gangs."""
+    first, need = parts[0], gang.part_remaining(parts[0])
+    demand = gang.demand(first)
+    best_seen: tuple[int, str] = (0, "")
+    for level in _levels(gang.ref):
+        domains = _domains(nodes, level, gang)
+        fits = [
+            _fit_domain(domain, names, nodes, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
+            for domain, names in domains.items()
+            if not (gang.ref.exclusive and _held_by_another(names, taken, gang.ref.key))
+        ]
+        best_seen = max([best_seen, *((fit.total, fit.domain) for fit in fits)])
+        for fit in sorted((f for f in fits if f.total >= need), key=lambda c: (c.total, c.domain)):
+            in_domain = {name: nodes[name] for name in domains[fit.domain]}
+            placement = _fit_together(gang, parts, fit, in_domain, usage, matcher=matcher, out_of_time=out_of_time)
+            if placement is not None:
+                return _Together(placement, level)
+    return _Together(None, best_seen=best_seen)
+
+
 def _plan_gang(
     gang: Gang,
     nodes: dict[str, Node],
@@ -309,7 +487,8 @@ def _plan_gang(
     limits: Limits,
     out_of_time: Callable[[], bool],
 ) -> tuple[Plan, dict[str, Usage]]:
-    """One gang's remaining members in one domain, and the usage of the nodes the plan holds."""
+    """One gang's remaining members: parts that need a domain of their own each get one, the rest
+    go together into one domain; all of them, or nothing is held."""
     demand = gang.demand()
     settled = _settled(gang, demand)
     if settled is not None:
@@ -317,23 +496,33 @@ def _plan_gang(
     too_big = _too_big(gang, demand, nodes, matcher, limits)
     if too_big is not None:
         return Plan(gang.ref.key, False, reason=too_big), {}
-    best_seen: tuple[int, str] = (0, "")
-    for level in _levels(gang.ref):
-        fits = [
-            _fit_domain(
-                domain, names, nodes, usage, demand, need=gang.remaining, matcher=matcher, out_of_time=out_of_time
-            )
-            for domain, names in _domains(nodes, level, gang).items()
-            if not _held_by_another_exclusive_gang(gang, names, taken)
-        ]
-        best_seen = max([best_seen, *((fit.total, fit.domain) for fit in fits)])
-        candidates = [fit for fit in fits if fit.total >= gang.remaining]
-        if candidates:
-            chosen = min(candidates, key=lambda c: (c.total, c.domain))
-            slots, changed = _assign(chosen, nodes, usage, demand, need=gang.remaining, matcher=matcher)
-            where = f"{level} {chosen.domain}" if level else ANYWHERE
-            return Plan(gang.ref.key, True, slots, where, _why(gang, level)), changed
-    return Plan(gang.ref.key, False, reason=_no_room(gang, demand, best_seen)), {}
+    placement = _Placement()
+    working = dict(usage)
+    used: set[str] = set()
+    exclusive = [p for p in gang.parts if p.exclusive]
+    for part in sorted(exclusive, key=lambda p: (not gang.part_placed(p), p.key)):  # placed parts keep theirs
+        own = _place_exclusive(gang, part, nodes, working, matcher, taken=taken, used=used, out_of_time=out_of_time)
+        if isinstance(own, str):
+            return Plan(gang.ref.key, False, reason=own), {}
+        domain, slots, changed = own
+        used.add(domain)
+        working.update(changed)
+        placement.add(part.key, slots, changed, f"{part.exclusive} {domain}")
+    together = [p for p in gang.parts if not p.exclusive and gang.part_remaining(p)]
+    level: str | None = None
+    if together:
+        found = _place_together(gang, together, nodes, working, matcher, taken=taken, out_of_time=out_of_time)
+        if found.placement is None:
+            return Plan(gang.ref.key, False, reason=_no_room(gang, demand, found.best_seen)), {}
+        level = found.level
+        for key, slots in found.placement.part_slots.items():
+            placement.add(key, slots, {}, "")
+        placement.changed.update(found.placement.changed)
+        domain = found.placement.domains[0]
+        placement.domains.append(f"{level} {domain}" if level else ANYWHERE)
+    where = ", ".join(d for d in placement.domains if d) or ANYWHERE
+    plan = Plan(gang.ref.key, True, placement.slots(), where, _why(gang, level), part_slots=placement.part_slots)
+    return plan, placement.changed
 
 
 def _plan_in_budget(
@@ -383,7 +572,7 @@ def plan_cluster(
     held = dict(usage)
     holders: dict[str, list[str]] = defaultdict(list)
     plans: dict[str, Plan] = {}
-    taken = {m.node: g.ref.key for g in gangs if g.ref.exclusive for m in g.placed if m.node}
+    taken = {m.node: owner(g, m.part) for g in gangs if g.ref.exclusive for m in g.placed if m.node}
     present = [g for g in gangs if g.members]
     after = {
         g.ref.key: _hold_clock(g, clocks.get(g.ref.key), nodes, usage, now=now, timeout=limits.timeout) for g in present
@@ -396,8 +585,9 @@ def plan_cluster(
         held.update(changed)
         for name in plan.slots:
             holders[name].append(gang.ref.key)
-            if gang.ref.exclusive:
-                taken[name] = gang.ref.key
+        if gang.ref.exclusive:
+            for part, slots in plan.part_slots.items():
+                taken.update(dict.fromkeys(slots, owner(gang, part)))
     after_active = dict(held)
     for gang in _by_age(waiting):
         plan, changed = _plan_in_budget(gang, nodes, after_active, matcher, taken=taken, limits=limits, clock=clock)

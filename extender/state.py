@@ -15,12 +15,13 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from extender.gang import JOBSET_NAME, may_belong_to_gang
+from extender.gang import JobSetShape, may_belong_to_gang
 from extender.model import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
 from kube.resources import (
     COSCHEDULING_POD_GROUPS,
     DEVICE_CLASSES,
+    JOBSETS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -31,9 +32,17 @@ log = logging.getLogger(__name__)
 # Custom resources are listed through `CustomObjectsApi`; built-in kinds through their typed APIs.
 CUSTOM_RESOURCES: dict[str, Resource] = {
     r.plural: r
-    for r in (RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES, DEVICE_CLASSES, COSCHEDULING_POD_GROUPS)
+    for r in (
+        RESOURCE_SLICES,
+        RESOURCE_CLAIMS,
+        RESOURCE_CLAIM_TEMPLATES,
+        DEVICE_CLASSES,
+        COSCHEDULING_POD_GROUPS,
+        JOBSETS,
+    )
 }
 Key = tuple[str, str]
+OPTIONAL_KIND_RETRY_S = 5.0  # a JobSet created right after its CRD waits at most this long
 
 
 def _key(obj: dict[str, Any]) -> Key:
@@ -58,9 +67,8 @@ class ClusterState:
         "resourceclaims",
         "resourceclaimtemplates",
         "deviceclasses",
-        "jobs",
     )
-    OPTIONAL_KINDS = ("podgroups",)
+    OPTIONAL_KINDS = ("podgroups", "jobsets")
     KINDS = REQUIRED_KINDS + OPTIONAL_KINDS
 
     def __init__(self, driver: str) -> None:
@@ -173,11 +181,6 @@ class ClusterState:
     def view(self) -> ClusterView:
         with self.lock:
             self._rebuild()
-            jobs = {
-                key: int((job.get("spec") or {}).get("parallelism") or 1)
-                for key, job in self.objects["jobs"].items()
-                if JOBSET_NAME in (job["metadata"].get("labels") or {})
-            }
             pod_groups = {
                 key: int((group.get("spec") or {}).get("minMember") or 0)
                 for key, group in self.objects["podgroups"].items()
@@ -190,19 +193,17 @@ class ClusterState:
                 claims=dict(self.objects["resourceclaims"]),
                 templates=dict(self.objects["resourceclaimtemplates"]),
                 classes={k[1]: v for k, v in self.objects["deviceclasses"].items()},
-                job_parallelism=jobs,
+                jobsets={key: JobSetShape.from_api(obj) for key, obj in self.objects["jobsets"].items()},
                 pod_group_min=pod_groups,
             )
 
 
 def _lister(api: client.ApiClient, kind: str) -> Any:
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    core = client.CoreV1Api(api)
     if kind == "nodes":
         return core.list_node
     if kind == "pods":
         return core.list_pod_for_all_namespaces
-    if kind == "jobs":
-        return batch.list_job_for_all_namespaces
     return CUSTOM_RESOURCES[kind].lister(api)
 
 
@@ -223,7 +224,7 @@ def run_informer(api: client.ApiClient, state: ClusterState, kind: str, stop: th
         except client.ApiException as error:
             if error.status == 404 and kind in ClusterState.OPTIONAL_KINDS:
                 state.absent(kind)
-                stop.wait(60)  # look again later: the CRD may be installed after the extender starts
+                stop.wait(OPTIONAL_KIND_RETRY_S)  # the CRD may be installed after the extender starts
                 continue
             log.warning("%s watch: %s %s; re-listing", kind, error.status, error.reason)
             stop.wait(1)

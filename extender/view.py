@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.gang import JobSetShape
 from extender.model import Node, Usage
 
 
@@ -24,5 +25,5 @@ class ClusterView:
     claims: dict[tuple[str, str], dict[str, Any]]
     templates: dict[tuple[str, str], dict[str, Any]]
     classes: dict[str, dict[str, Any]]
-    job_parallelism: dict[tuple[str, str], int] = field(default_factory=dict)
+    jobsets: dict[tuple[str, str], JobSetShape] = field(default_factory=dict)
     pod_group_min: dict[tuple[str, str], int] = field(default_factory=dict)

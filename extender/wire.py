@@ -157,8 +157,13 @@ class HostPriority(_Wire):
     Score: int = Field(ge=0, le=10)
 
 
-def filter_result(args: ExtenderArgs, passing: list[str], failed: dict[str, str]) -> ExtenderFilterResult:
-    """Answer in the form the scheduler reads: NodeNames when it sent NodeNames, else Nodes."""
+def filter_result(
+    args: ExtenderArgs, passing: list[str], failed: dict[str, str], error: str = ""
+) -> ExtenderFilterResult:
+    """Answer in the form the scheduler reads: NodeNames when it sent NodeNames, else Nodes; a
+    non-empty `error` makes the scheduler retry the pod after a backoff."""
+    if error:
+        return ExtenderFilterResult(Error=error)
     if args.NodeNames is not None:
         return ExtenderFilterResult(NodeNames=passing, FailedNodes=failed)
     keep = set(passing)

@@ -77,4 +77,5 @@ RESOURCE_CLAIM_TEMPLATES = Resource(
     DRA_GROUP, DRA_VERSION, "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True
 )
 DEVICE_CLASSES = Resource(DRA_GROUP, DRA_VERSION, "deviceclasses", "DeviceClass", namespaced=False)
+JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", namespaced=True)
 COSCHEDULING_POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True)

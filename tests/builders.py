@@ -13,7 +13,7 @@ from typing import Any
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.slices import build_slices
-from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED
+from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape
 from extender.model import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
 
@@ -135,6 +135,7 @@ def view(
     templates: Sequence[dict[str, Any]] = (),
     classes: Sequence[dict[str, Any]] = (GPU_CLASS,),
     claims: Sequence[dict[str, Any]] = (),
+    jobsets: Sequence[dict[str, Any]] = (),
     version: int = 1,
 ) -> ClusterView:
     """A cluster view as the watches would build it; nothing in use unless `usage` says so, or
@@ -149,4 +150,53 @@ def view(
         claims={(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims},
         templates={(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in templates},
         classes={c["metadata"]["name"]: c for c in classes},
+        jobsets={(j["metadata"]["namespace"], j["metadata"]["name"]): JobSetShape.from_api(j) for j in jobsets},
     )
+
+
+def jobset(
+    name: str, jobs: Sequence[tuple[str, int, int]], exclusive: str | None = None, namespace: str = "ns"
+) -> dict[str, Any]:
+    """A JobSet object: `jobs` are (replicated job, replicas, pods per Job)."""
+    annotations = {"alpha.jobset.sigs.k8s.io/exclusive-topology": exclusive} if exclusive else {}
+    replicated = [
+        {"name": job, "replicas": replicas, "template": {"spec": {"parallelism": pods, "completions": pods}}}
+        for job, replicas, pods in jobs
+    ]
+    return {
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {"replicatedJobs": replicated},
+    }
+
+
+def jobset_pod(
+    jobset_name: str,
+    job: str,
+    index: int,
+    completion: int,
+    *,
+    template: str,
+    exclusive: str | None = None,
+    node: str | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod as the JobSet and Job controllers label it (and the JobSet webhook annotates it)."""
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": jobset_name,
+        "jobset.sigs.k8s.io/replicatedjob-name": job,
+        "jobset.sigs.k8s.io/job-index": str(index),
+        "jobset.sigs.k8s.io/job-key": f"key-{jobset_name}-{job}-{index}",
+        "batch.kubernetes.io/job-completion-index": str(completion),
+    }
+    annotations = {"alpha.jobset.sigs.k8s.io/exclusive-topology": exclusive} if exclusive else {}
+    member = pod(
+        f"{jobset_name}-{job}-{index}-{completion}",
+        labels=labels,
+        annotations=annotations,
+        template=template,
+        created=CREATED,
+        node=node,
+    )
+    if node_selector:
+        member["spec"]["nodeSelector"] = node_selector
+    return member

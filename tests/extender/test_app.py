@@ -193,3 +193,14 @@ def test_a_full_planning_queue_answers_503_at_once(state: ClusterState, held: th
         for thread in waiting:
             thread.join(5)
         assert answers == [200, 200]
+
+
+def test_an_answer_waiting_for_an_unseen_object_is_an_error_the_scheduler_retries(client: Client) -> None:
+    """A rejection parks the pod until some cluster event (up to 5 minutes); an extender error is
+    retried after a short backoff, which is what "not seen yet" needs."""
+    pod = _pod(spec={"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "not-yet"}]})
+    response = client.post("/filter", content=_body(pod))
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["Error"] == "waiting to see ResourceClaimTemplate ns/not-yet"
+    assert answer["NodeNames"] is None and answer["FailedNodes"] == {}

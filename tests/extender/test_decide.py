@@ -11,6 +11,7 @@ import pytest
 
 from extender.config import ExtenderConfig
 from extender.decide import Decider
+from extender.model import Usage
 from extender.view import ClusterView
 from tests.builders import (
     CREATED,
@@ -19,6 +20,8 @@ from tests.builders import (
     claim_template,
     gang_labels,
     gpu_nodes,
+    jobset,
+    jobset_pod,
     pod,
     racks,
     view,
@@ -67,7 +70,7 @@ def test_a_pod_whose_template_is_not_seen_yet_waits() -> None:
     names = sorted(cluster.nodes)
     early = pod("early", template="missing", created=CREATED)
     passing, failed, path = Decider(ExtenderConfig()).filter(cluster, early, names, now=SOON_AFTER)
-    assert (passing, path) == ([], "unresolved")
+    assert (passing, path) == ([], "retry"), "answered as an error the scheduler retries soon"
     assert failed == dict.fromkeys(names, "waiting to see ResourceClaimTemplate ns/missing")
 
 
@@ -200,3 +203,83 @@ def test_a_member_asked_about_after_its_claim_was_allocated_keeps_its_node() -> 
     cluster = view(racks({"a": 2, "b": 2}), pods=members, templates=[FOUR], claims=[claim])
     passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, first, sorted(cluster.nodes), SOON_AFTER)
     assert passing == ["a-0"] and failed["a-1"] == "the claims of this pod are allocated on a-0"
+
+
+def _rack(name: str) -> str:
+    return name.split("-", maxsplit=1)[0]
+
+
+@pytest.mark.parametrize("layout", [{"a": 2, "b": 2}, {"a": 2, "b": 4}], ids=["2+2", "2+4"])
+def test_an_exclusive_jobset_plans_each_job_alone_in_a_rack(layout: dict[str, int]) -> None:
+    """JobSet's webhook keeps each Job alone in a rack; planning the replicated job into one rack
+    deadlocked (2+2: no rack holds 4 pods) or fought the anti-affinity (2+4)."""
+    spec = jobset("train", [("workers", 2, 2)], exclusive="rack")
+    leaders = [jobset_pod("train", "workers", index, 0, template="eight", exclusive="rack") for index in (0, 1)]
+    decider = Decider(ExtenderConfig())
+    cluster = view(racks(layout), pods=leaders, templates=TEMPLATES, jobsets=[spec])
+    answers = {}
+    for leader in leaders:
+        passing, failed, _ = decider.filter(cluster, leader, list(cluster.nodes), now=SOON_AFTER)
+        assert passing, failed
+        answers[leader["metadata"]["name"]] = {_rack(name) for name in passing}
+    assert all(len(racks_) == 1 for racks_ in answers.values()), answers
+    assert set.union(*answers.values()) == {"a", "b"}, f"each Job in a rack of its own: {answers}"
+
+
+def test_a_placed_job_keeps_its_rack_and_the_other_job_gets_another_one() -> None:
+    """Job 1 is already in rack b (4 nodes, room for both Jobs); Job 0 must not be sent there."""
+    spec = jobset("train", [("workers", 2, 2)], exclusive="rack")
+    placed = [
+        jobset_pod("train", "workers", 1, completion, template="eight", exclusive="rack", node=f"b-{completion}")
+        for completion in (0, 1)
+    ]
+    leader = jobset_pod("train", "workers", 0, 0, template="eight", exclusive="rack")
+    usage = {
+        name: Usage(devices=set(node.devices)) if name in ("b-0", "b-1") else Usage()
+        for name, node in racks({"a": 2, "b": 4}).items()
+    }
+    cluster = view(racks({"a": 2, "b": 4}), usage=usage, pods=[*placed, leader], templates=TEMPLATES, jobsets=[spec])
+    passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, leader, list(cluster.nodes), now=SOON_AFTER)
+    assert {_rack(name) for name in passing} == {"a"}, failed
+
+
+def test_a_follower_pinned_to_its_leaders_rack_does_not_pin_the_other_jobs() -> None:
+    spec = jobset("train", [("workers", 2, 2)], exclusive="rack")
+    leader0 = jobset_pod("train", "workers", 0, 0, template="eight", exclusive="rack", node="a-0")
+    follower0 = jobset_pod("train", "workers", 0, 1, template="eight", exclusive="rack", node_selector={"rack": "a"})
+    leader1 = jobset_pod("train", "workers", 1, 0, template="eight", exclusive="rack")
+    usage = {
+        name: Usage(devices=set(node.devices)) if name == "a-0" else Usage()
+        for name, node in racks({"a": 2, "b": 2}).items()
+    }
+    cluster = view(
+        racks({"a": 2, "b": 2}), usage=usage, pods=[leader0, follower0, leader1], templates=TEMPLATES, jobsets=[spec]
+    )
+    decider = Decider(ExtenderConfig())
+    passing, failed, _ = decider.filter(cluster, leader1, list(cluster.nodes), now=SOON_AFTER)
+    assert {_rack(name) for name in passing} == {"b"}, failed
+    passing, failed, _ = decider.filter(cluster, follower0, list(cluster.nodes), now=SOON_AFTER)
+    assert passing == ["a-1"], failed
+
+
+def test_driver_and_workers_are_one_gang_that_waits_whole() -> None:
+    spec = jobset("pipeline", [("driver", 1, 1), ("workers", 4, 1)])
+    pods = [jobset_pod("pipeline", "driver", 0, 0, template="eight")] + [
+        jobset_pod("pipeline", "workers", index, 0, template="eight") for index in range(4)
+    ]
+    decider = Decider(ExtenderConfig())
+    four = view(racks({"a": 4}), pods=pods, templates=TEMPLATES, jobsets=[spec])
+    passing, failed, _ = decider.filter(four, pods[0], list(four.nodes), now=SOON_AFTER)
+    assert passing == [] and "has 5 pods" in next(iter(failed.values())), failed
+    five = view(racks({"a": 5}), pods=pods, templates=TEMPLATES, jobsets=[spec], version=2)
+    passing, failed, _ = decider.filter(five, pods[0], list(five.nodes), now=SOON_AFTER)
+    plan = decider.plan(five, pods[0], SOON_AFTER).plans["ns/jobset:pipeline"]
+    assert sum(plan.slots.values()) == 5 and set(plan.part_slots) == {"driver/0", *(f"workers/{i}" for i in range(4))}
+    assert len(passing) == 1 and passing == list(plan.part_slots["driver/0"]), failed
+
+
+def test_a_jobset_pod_waits_until_the_extender_has_seen_its_jobset() -> None:
+    leader = jobset_pod("train", "workers", 0, 0, template="eight")
+    cluster = view(racks({"a": 2}), pods=[leader], templates=TEMPLATES)
+    passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, leader, list(cluster.nodes), now=SOON_AFTER)
+    assert passing == [] and "waiting to see JobSet ns/train" in next(iter(failed.values()))

@@ -1,0 +1,172 @@
+"""Gangs made by the real JobSet and LeaderWorkerSet controllers (with their webhooks), placed by
+the real kube-scheduler calling the extender: whole, in their topology, never half-placed."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from e2e.extender_harness import ExtenderCluster, extender_cluster
+from e2e.workloads import ReplicatedJob, create_jobset, create_lws, pods_with
+from extender.config import RACK_LABEL
+from nativedra.cluster import wait_for
+from nativedra.cluster.addons import JOBSET, LWS, start_addon
+from nativedra.objects import claim_template, request
+
+TEST_LABEL = "e2e.nativedra.dev/test"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOB_KEY = "jobset.sigs.k8s.io/job-key"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ExtenderCluster]:
+    root = Path(tempfile.mkdtemp(prefix="nd-wl-", dir="/tmp"))
+    try:
+        with extender_cluster(root, {"planTimeoutSeconds": 600}) as harness:
+            for addon in (JOBSET, LWS):
+                start_addon(harness.plane, harness.api, addon)
+            yield harness
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def setup(cluster: ExtenderCluster) -> Iterator[tuple[ExtenderCluster, str, str]]:
+    """(cluster, namespace with an 8-GPU claim template `eight`, test label value); cleaned after."""
+    core = client.CoreV1Api(cluster.api)
+    namespace = f"w-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    wait_for(lambda: core.list_namespaced_service_account(namespace).items, 30, "default ServiceAccount")
+    claim_template(cluster.api, namespace, "eight", [request("gpus", "gpu.nativedra.dev", count=8)])
+    yield cluster, namespace, uuid.uuid4().hex[:6]
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespace(namespace)
+    cluster.remove_nodes()
+
+
+def _racks(cluster: ExtenderCluster, test: str, layout: dict[str, int]) -> dict[str, str]:
+    return {
+        node: rack
+        for rack, count in layout.items()
+        for node in cluster.add_gpu_nodes(count, {TEST_LABEL: test, RACK_LABEL: rack})
+    }
+
+
+def _explain(api: client.ApiClient, namespace: str) -> str:
+    lines = []
+    for pod in client.CoreV1Api(api).list_namespaced_pod(namespace).items:
+        message = next((c.message for c in pod.status.conditions or [] if c.type == "PodScheduled"), "")
+        lines.append(f"{pod.metadata.name} node={pod.spec.node_name} phase={pod.status.phase}: {message}")
+    return "\n".join(lines) or "(no pods)"
+
+
+def _bound(api: client.ApiClient, namespace: str, selector: str) -> list[client.V1Pod]:
+    return [p for p in pods_with(api, namespace, selector) if p.spec.node_name]
+
+
+@pytest.mark.parametrize("layout", [{"rack-a": 2, "rack-b": 2}, {"rack-a": 2, "rack-b": 4}], ids=["2+2", "2+4"])
+def test_exclusive_jobset_places_each_job_alone_in_a_rack(
+    setup: tuple[ExtenderCluster, str, str], layout: dict[str, int]
+) -> None:
+    cluster, namespace, test = setup
+    rack_of = _racks(cluster, test, layout)
+    workers = ReplicatedJob("workers", replicas=2, parallelism=2, template="eight")
+    create_jobset(cluster.api, namespace, "train", [workers], {TEST_LABEL: test}, exclusive_topology=RACK_LABEL)
+    selector = f"{JOBSET_NAME}=train"
+    wait_for(
+        lambda: len(_bound(cluster.api, namespace, selector)) == 4,
+        180,
+        "all 4 JobSet pods bound",
+        lambda: _explain(cluster.api, namespace),
+    )
+    racks_per_job: dict[str, set[str]] = {}
+    for pod in _bound(cluster.api, namespace, selector):
+        racks_per_job.setdefault(pod.metadata.labels[JOB_KEY], set()).add(rack_of[pod.spec.node_name])
+    assert len(racks_per_job) == 2 and all(len(r) == 1 for r in racks_per_job.values()), racks_per_job
+    assert set.union(*racks_per_job.values()) == {"rack-a", "rack-b"}, f"one rack per Job: {racks_per_job}"
+
+
+def test_driver_and_workers_of_one_jobset_are_one_gang(setup: tuple[ExtenderCluster, str, str]) -> None:
+    cluster, namespace, test = setup
+    _racks(cluster, test, {"rack-a": 4})
+    jobs = [ReplicatedJob("driver", 1, 1, "eight"), ReplicatedJob("workers", 4, 1, "eight")]
+    create_jobset(cluster.api, namespace, "pipeline", jobs, {TEST_LABEL: test})
+    selector = f"{JOBSET_NAME}=pipeline"
+    wait_for(lambda: len(pods_with(cluster.api, namespace, selector)) == 5, 60, "the JobSet's 5 pods")
+    time.sleep(15)  # long enough for the scheduler to have tried every pod more than once
+    assert _bound(cluster.api, namespace, selector) == [], "5 pods x 8 GPUs on 4 nodes: none may hold GPUs"
+    assert "5" in _explain(cluster.api, namespace)
+    _racks(cluster, test, {"rack-a": 1})
+    wait_for(
+        lambda: len(_bound(cluster.api, namespace, selector)) == 5,
+        120,
+        "the whole JobSet once a node is added",
+        lambda: _explain(cluster.api, namespace),
+    )
+
+
+def test_competing_jobsets_one_whole_then_the_other(setup: tuple[ExtenderCluster, str, str]) -> None:
+    cluster, namespace, test = setup
+    _racks(cluster, test, {"rack-a": 3, "rack-b": 3})
+    for name in ("first", "second"):
+        create_jobset(cluster.api, namespace, name, [ReplicatedJob("workers", 4, 1, "eight")], {TEST_LABEL: test})
+    both = f"{JOBSET_NAME} in (first,second)"
+    wait_for(lambda: len(pods_with(cluster.api, namespace, both)) == 8, 60, "both JobSets' pods")
+    wait_for(
+        lambda: len(_bound(cluster.api, namespace, both)) >= 4,
+        120,
+        "one JobSet placed",
+        lambda: _explain(cluster.api, namespace),
+    )
+    time.sleep(10)
+    counts = {name: len(_bound(cluster.api, namespace, f"{JOBSET_NAME}={name}")) for name in ("first", "second")}
+    assert sorted(counts.values()) == [0, 4], counts
+    winner = max(counts, key=lambda name: counts[name])
+    loser = min(counts, key=lambda name: counts[name])
+    client.CustomObjectsApi(cluster.api).delete_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", winner, propagation_policy="Foreground"
+    )
+    wait_for(
+        lambda: len(_bound(cluster.api, namespace, f"{JOBSET_NAME}={loser}")) == 4,
+        180,
+        f"JobSet {loser} whole once {winner} is gone",
+        lambda: _explain(cluster.api, namespace),
+    )
+
+
+@pytest.mark.parametrize("exclusive", [True, False], ids=["exclusive", "shared"])
+def test_leaderworkerset_groups_are_placed_whole(setup: tuple[ExtenderCluster, str, str], exclusive: bool) -> None:
+    cluster, namespace, test = setup
+    rack_of = _racks(cluster, test, {"rack-a": 2, "rack-b": 2})
+    create_lws(
+        cluster.api,
+        namespace,
+        "serve",
+        replicas=2,
+        size=2,
+        template="eight",
+        node_selector={TEST_LABEL: test},
+        exclusive_topology=RACK_LABEL if exclusive else None,
+    )
+    selector = f"{LWS_NAME}=serve"
+    wait_for(
+        lambda: len(_bound(cluster.api, namespace, selector)) == 4,
+        180,
+        "both LWS groups placed",
+        lambda: _explain(cluster.api, namespace),
+    )
+    racks: dict[str, set[str]] = {}
+    for pod in _bound(cluster.api, namespace, selector):
+        racks.setdefault(pod.metadata.labels[LWS_GROUP], set()).add(rack_of[pod.spec.node_name])
+    if exclusive:
+        assert all(len(r) == 1 for r in racks.values()) and set.union(*racks.values()) == {"rack-a", "rack-b"}, racks
