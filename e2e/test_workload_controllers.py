@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from e2e.extender_harness import ExtenderCluster, extender_cluster
+from e2e.extender_harness import ExtenderCluster, bound, extender_cluster, gang_pods
 from e2e.workloads import ReplicatedJob, create_jobset, create_lws, pods_with
 from extender.config import RACK_LABEL
+from kube.resources import JOBSETS
 from nativedra.cluster import wait_for
 from nativedra.cluster.addons import JOBSET, LWS, start_addon
 from nativedra.objects import claim_template, request
@@ -170,3 +171,75 @@ def test_leaderworkerset_groups_are_placed_whole(setup: tuple[ExtenderCluster, s
         racks.setdefault(pod.metadata.labels[LWS_GROUP], set()).add(rack_of[pod.spec.node_name])
     if exclusive:
         assert all(len(r) == 1 for r in racks.values()) and set.union(*racks.values()) == {"rack-a", "rack-b"}, racks
+
+
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+
+
+def test_a_restarted_jobset_forms_its_gang_again(setup: tuple[ExtenderCluster, str, str]) -> None:
+    """A failed pod makes JobSet's failure policy recreate every Job (restart-attempt + 1): the new
+    pods are one gang again, each Job alone in a rack."""
+    cluster, namespace, test = setup
+    rack_of = _racks(cluster, test, {"rack-a": 2, "rack-b": 2})
+    workers = ReplicatedJob("workers", replicas=2, parallelism=2, template="eight")
+    create_jobset(
+        cluster.api, namespace, "train", [workers], {TEST_LABEL: test}, exclusive_topology=RACK_LABEL, max_restarts=1
+    )
+    first = f"{JOBSET_NAME}=train,{RESTART_ATTEMPT}=0"
+    wait_for(
+        lambda: len(_bound(cluster.api, namespace, first)) == 4,
+        180,
+        "attempt 0 placed",
+        lambda: _explain(cluster.api, namespace),
+    )
+    victim = _bound(cluster.api, namespace, first)[0]
+    client.CoreV1Api(cluster.api).patch_namespaced_pod_status(
+        victim.metadata.name, namespace, {"status": {"phase": "Failed", "reason": "e2e: simulated crash"}}
+    )
+    second = f"{JOBSET_NAME}=train,{RESTART_ATTEMPT}=1"
+    wait_for(
+        lambda: len(_bound(cluster.api, namespace, second)) == 4,
+        240,
+        "attempt 1 placed whole",
+        lambda: _explain(cluster.api, namespace),
+    )
+    racks_per_job: dict[str, set[str]] = {}
+    for pod in _bound(cluster.api, namespace, second):
+        racks_per_job.setdefault(pod.metadata.labels[JOB_KEY], set()).add(rack_of[pod.spec.node_name])
+    assert all(len(r) == 1 for r in racks_per_job.values()), racks_per_job
+    assert set.union(*racks_per_job.values()) == {"rack-a", "rack-b"}, racks_per_job
+
+
+def test_a_suspended_jobset_releases_its_capacity_and_takes_it_whole_on_resume(
+    setup: tuple[ExtenderCluster, str, str],
+) -> None:
+    """Kueue-style admission: suspending a placed JobSet frees its GPUs for another gang; resumed
+    once they are free again, it is placed whole."""
+    cluster, namespace, test = setup
+    _racks(cluster, test, {"rack-a": 4})
+    create_jobset(cluster.api, namespace, "train", [ReplicatedJob("workers", 4, 1, "eight")], {TEST_LABEL: test})
+    selector = f"{JOBSET_NAME}=train"
+    wait_for(
+        lambda: len(_bound(cluster.api, namespace, selector)) == 4,
+        180,
+        "the JobSet placed",
+        lambda: _explain(cluster.api, namespace),
+    )
+    JOBSETS.patch(cluster.api, "train", {"spec": {"suspend": True}}, namespace)
+    wait_for(lambda: not pods_with(cluster.api, namespace, selector), 120, "the suspended JobSet's pods gone")
+    other = gang_pods(cluster.api, namespace, "other", 4, 8, selector={TEST_LABEL: test})
+    wait_for(
+        lambda: len(bound(cluster.api, namespace, other)) == 4,
+        120,
+        "another gang takes the freed GPUs",
+        lambda: _explain(cluster.api, namespace),
+    )
+    for name in other:
+        client.CoreV1Api(cluster.api).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    JOBSETS.patch(cluster.api, "train", {"spec": {"suspend": False}}, namespace)
+    wait_for(
+        lambda: len(_bound(cluster.api, namespace, selector)) == 4,
+        240,
+        "the resumed JobSet placed whole",
+        lambda: _explain(cluster.api, namespace),
+    )

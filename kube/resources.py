@@ -47,6 +47,14 @@ class Resource:
             return dict(objects.replace_namespaced_custom_object_status(*self._path(namespace), name, body))
         return dict(objects.replace_cluster_custom_object_status(*self._path(), name, body))
 
+    def patch(self, api: client.ApiClient, name: str, body: dict[str, Any], namespace: str | None = None) -> None:
+        """A merge patch (e.g. suspending a JobSet)."""
+        objects = client.CustomObjectsApi(api)
+        if self.namespaced:
+            objects.patch_namespaced_custom_object(*self._path(namespace), name, body)
+        else:
+            objects.patch_cluster_custom_object(*self._path(), name, body)
+
     def replace(self, api: client.ApiClient, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """Cluster-scoped replace (the plugin's ResourceSlices)."""
         return dict(client.CustomObjectsApi(api).replace_cluster_custom_object(*self._path(), name, body))
