@@ -51,6 +51,13 @@ def test_base_and_overlay_are_accepted(api: client.ApiClient, installed: list[di
     }
     assert env == {"NATIVEDRA_NODE_NAME": "spec.nodeName", "NATIVEDRA_POD_UID": "metadata.uid"}
     assert apps.read_namespaced_deployment("nativedra-scheduler", "nativedra-system").spec.replicas == 1
+    extender = apps.read_namespaced_deployment("nativedra-extender", "nativedra-system")
+    assert extender.spec.replicas == 2, "two replicas behind the Service: losing one stops no scheduling"
+    spread = extender.spec.template.spec.affinity.pod_anti_affinity.preferred_during_scheduling_ignored_during_execution
+    assert [term.pod_affinity_term.topology_key for term in spread] == ["kubernetes.io/hostname"]
+    budget = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("nativedra-extender", "nativedra-system")
+    assert budget.spec.min_available == 1
+    assert budget.spec.selector.match_labels == extender.spec.selector.match_labels
 
 
 @pytest.mark.parametrize("example", sorted(p.name for p in (MANIFESTS / "examples").glob("*.yaml")))
