@@ -16,6 +16,7 @@ from e2e.node_plugin import NodePlugin
 from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for
 from nativedra.cluster.commands import NodeDirs
 from nativedra.kubelet_client import make_dev_tree
+from nativedra.objects import apply_file, device_classes, published_devices
 
 
 @pytest.fixture(scope="session")
@@ -92,3 +93,18 @@ def node_plugin(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Callabl
         plugin.stop()
     for root in roots:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def device_classes_applied(api: client.ApiClient) -> None:
+    """The shipped DeviceClasses (server-side apply: harmless when already there)."""
+    apply_file(api, device_classes())
+
+
+@pytest.fixture
+def h100(fake_nodes: Callable[..., str], node_plugin: Callable[..., NodePlugin], api: client.ApiClient) -> NodePlugin:
+    """A real plugin on a node of 8 simulated H100s, once its 140 devices are published."""
+    node = fake_nodes("h100")
+    plugin = node_plugin(node)
+    wait_for(lambda: len(published_devices(api, node)) >= 140, 60, f"slices of {node}")
+    return plugin

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
+from dra_driver import DRIVER_NAME
+from dra_driver.cdi_edits import CDI_VENDOR
+from e2e.node_plugin import NodePlugin
 from kube.pods import pod_claim_names
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import wait_for
 from nativedra.cluster.waits import describe_pod
+from nativedra.objects import claim_template, gpu_pod, request
 
 
 def pod_claim(api: client.ApiClient, namespace: str, pod: str) -> dict[str, Any] | None:
@@ -36,3 +41,22 @@ def allocated_claim(api: client.ApiClient, namespace: str, pod: str, timeout_s: 
 def allocated_results(api: client.ApiClient, namespace: str, pod: str, timeout_s: float = 60) -> list[dict[str, Any]]:
     """Wait for the pod's claim to be allocated and return its device results."""
     return list(allocated_claim(api, namespace, pod, timeout_s)["status"]["allocation"]["devices"]["results"])
+
+
+def whole_gpu_claim(
+    api: client.ApiClient, namespace: str, pod: str, node: str, index: int | None = None
+) -> dict[str, Any]:
+    """A pod on `node` with a claim for one whole GPU (GPU `index` if given), once allocated."""
+    selector = f"device.attributes['{DRIVER_NAME}'].index == {index}" if index is not None else None
+    template = f"{pod}-tpl"
+    claim_template(api, namespace, template, [request("gpus", DRIVER_NAME, selector)])
+    gpu_pod(api, namespace, pod, template, node=node)
+    return allocated_claim(api, namespace, pod)
+
+
+CDI_PREFIX = f"{CDI_VENDOR}-claim_"  # a claim's spec file: <prefix><claim UID>.yaml
+
+
+def spec_files(plugin: NodePlugin) -> list[Path]:
+    """The per-claim CDI specs the plugin wrote."""
+    return sorted(plugin.cdi_dir.glob(f"{CDI_PREFIX}*.yaml")) if plugin.cdi_dir.exists() else []

@@ -10,26 +10,20 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from e2e.dra import allocated_claim
+from dra_driver import DRIVER_NAME
+from e2e.dra import allocated_claim, spec_files, whole_gpu_claim
 from e2e.node_plugin import NodePlugin
-from e2e.test_kubelet_plugin import DOMAIN, _spec_files, _whole_gpu_claim
 from kube.resources import RESOURCE_CLAIM_TEMPLATES
 from nativedra.cluster import wait_for
 from nativedra.kubelet_client import prepare
-from nativedra.objects import apply_file, claim_key, device_classes, gpu_pod, published_devices, request
+from nativedra.objects import claim_key, gpu_pod, request
 
-
-@pytest.fixture(autouse=True)
-def _device_classes_applied(api: client.ApiClient) -> None:
-    apply_file(api, device_classes())
+pytestmark = pytest.mark.usefixtures("device_classes_applied")
 
 
 @pytest.fixture
-def plugin(fake_nodes: Callable[..., str], node_plugin: Callable[..., NodePlugin], api: client.ApiClient) -> NodePlugin:
-    node = fake_nodes("abuse")
-    started = node_plugin(node)
-    wait_for(lambda: len(published_devices(api, node)) >= 140, 60, f"slices of {node}")
-    return started
+def plugin(h100: NodePlugin) -> NodePlugin:
+    return h100
 
 
 def _devices(response: Any, uid: str) -> list[tuple[str, list[str]]]:
@@ -41,10 +35,10 @@ def _devices(response: Any, uid: str) -> list[tuple[str, list[str]]]:
 def test_a_corrupted_checkpoint_keeps_every_prepared_claims_spec_and_answer(
     api: client.ApiClient, namespace: str, plugin: NodePlugin
 ) -> None:
-    keys = [claim_key(_whole_gpu_claim(api, namespace, f"worker-{i}", plugin.node, index=i)) for i in range(6)]
+    keys = [claim_key(whole_gpu_claim(api, namespace, f"worker-{i}", plugin.node, index=i)) for i in range(6)]
     first = prepare(plugin.dra_socket, "v1", keys)
     answers = {key[1]: _devices(first, key[1]) for key in keys}
-    specs = {path.name: path.read_text() for path in _spec_files(plugin)}
+    specs = {path.name: path.read_text() for path in spec_files(plugin)}
     assert len(specs) == 6
     checkpoint = plugin.data_dir / "checkpoint.json"
     corruptions: dict[str, Callable[[str], bytes]] = {
@@ -56,7 +50,7 @@ def test_a_corrupted_checkpoint_keeps_every_prepared_claims_spec_and_answer(
         plugin.stop()
         checkpoint.write_bytes(corrupt(checkpoint.read_text(errors="replace")))
         plugin.start()  # fails if the plugin exits instead of serving
-        assert {path.name: path.read_text() for path in _spec_files(plugin)} == specs, f"after {what}"
+        assert {path.name: path.read_text() for path in spec_files(plugin)} == specs, f"after {what}"
         again = prepare(plugin.dra_socket, "v1", keys)
         assert {key[1]: _devices(again, key[1]) for key in keys} == answers, f"after {what}"
     assert len(list(plugin.data_dir.glob("checkpoint.json.corrupt-*"))) >= 1
@@ -65,7 +59,7 @@ def test_a_corrupted_checkpoint_keeps_every_prepared_claims_spec_and_answer(
 def test_a_claim_named_three_times_is_prepared_once_and_a_malformed_uid_is_refused_cleanly(
     api: client.ApiClient, namespace: str, plugin: NodePlugin
 ) -> None:
-    key = claim_key(_whole_gpu_claim(api, namespace, "thrice", plugin.node))
+    key = claim_key(whole_gpu_claim(api, namespace, "thrice", plugin.node))
     response = prepare(plugin.dra_socket, "v1", [key, key, key])
     assert list(response.claims) == [key[1]] and len(_devices(response, key[1])) == 1
     bad = [(namespace, f"{key[1]}\n", "thrice"), (namespace, "../../etc/passwd", "thrice")]
@@ -74,14 +68,14 @@ def test_a_claim_named_three_times_is_prepared_once_and_a_malformed_uid_is_refus
         error = refused.claims[uid].error
         assert f"claim {namespace}/thrice: field uid {uid!r} is not a Kubernetes UID" in error
     assert "Traceback" not in plugin.log.read_text()
-    assert [path.name for path in _spec_files(plugin)] == [f"k8s.gpu.nativedra.dev-claim_{key[1]}.yaml"]
+    assert [path.name for path in spec_files(plugin)] == [f"k8s.gpu.nativedra.dev-claim_{key[1]}.yaml"]
 
 
 def test_a_claim_that_cannot_be_prepared_gets_one_warning_event_on_it_and_its_pod(
     api: client.ApiClient, namespace: str, plugin: NodePlugin
 ) -> None:
     bad_config = {
-        "driver": DOMAIN,
+        "driver": DRIVER_NAME,
         "parameters": {
             "apiVersion": "gpu.nativedra.dev/v1alpha1",
             "kind": "GpuConfig",

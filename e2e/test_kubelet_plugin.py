@@ -9,7 +9,6 @@ import subprocess
 import urllib.request
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,56 +16,27 @@ import yaml
 from kubernetes import client
 
 from cdi.spec import EARLIEST_VERSION
+from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
-from e2e.dra import allocated_claim
+from e2e.dra import CDI_PREFIX, allocated_claim, spec_files, whole_gpu_claim
 from e2e.node_plugin import NodePlugin
 from kube.resources import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.cluster.controlplane import free_port
 from nativedra.kubelet_client import HEALTHY, UNHEALTHY, health_stream, prepare, register, unprepare
 from nativedra.objects import (
-    apply_file,
     claim_key,
     claim_template,
     create_claim,
-    device_classes,
     gpu_pod,
     published_devices,
     request,
 )
 
-DOMAIN = "gpu.nativedra.dev"
-CDI_PREFIX = "k8s.gpu.nativedra.dev-claim_"
-
-
-@pytest.fixture(autouse=True)
-def _device_classes_applied(api: client.ApiClient) -> None:
-    apply_file(api, device_classes())
-
-
-@pytest.fixture
-def h100(fake_nodes: Callable[..., str], node_plugin: Callable[..., NodePlugin], api: client.ApiClient) -> NodePlugin:
-    node = fake_nodes("kubelet")
-    plugin = node_plugin(node)
-    wait_for(lambda: len(published_devices(api, node)) >= 140, 60, f"slices of {node}")
-    return plugin
-
-
-def _whole_gpu_claim(
-    api: client.ApiClient, namespace: str, pod: str, node: str, index: int | None = None
-) -> dict[str, Any]:
-    selector = f"device.attributes['{DOMAIN}'].index == {index}" if index is not None else None
-    template = f"{pod}-tpl"
-    claim_template(api, namespace, template, [request("gpus", "gpu.nativedra.dev", selector)])
-    gpu_pod(api, namespace, pod, template, node=node)
-    return allocated_claim(api, namespace, pod)
-
-
-def _spec_files(plugin: NodePlugin) -> list[Path]:
-    return sorted(plugin.cdi_dir.glob(f"{CDI_PREFIX}*.yaml")) if plugin.cdi_dir.exists() else []
+pytestmark = pytest.mark.usefixtures("device_classes_applied")
 
 
 def _checkpoint_claims(plugin: NodePlugin) -> dict[str, Any]:
@@ -77,7 +47,7 @@ def _checkpoint_claims(plugin: NodePlugin) -> dict[str, Any]:
 def test_registration_handshake_as_the_kubelet_does_it(h100: NodePlugin) -> None:
     info = register(h100.registration_socket)
     assert info.type == "DRAPlugin"
-    assert info.name == DOMAIN
+    assert info.name == DRIVER_NAME
     assert info.endpoint == str(h100.dra_socket)
     assert list(info.supported_versions)[:2] == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
     for socket in (h100.registration_socket, h100.dra_socket):
@@ -98,7 +68,7 @@ def test_registration_handshake_as_the_kubelet_does_it(h100: NodePlugin) -> None
 def test_prepare_and_unprepare_a_claim_the_real_scheduler_allocated(
     api: client.ApiClient, namespace: str, h100: NodePlugin, version: str
 ) -> None:
-    claim = _whole_gpu_claim(api, namespace, "trainer", h100.node, index=3)
+    claim = whole_gpu_claim(api, namespace, "trainer", h100.node, index=3)
     key = claim_key(claim)
     response = prepare(h100.dra_socket, version, [key])
     result = response.claims[key[1]]
@@ -107,7 +77,7 @@ def test_prepare_and_unprepare_a_claim_the_real_scheduler_allocated(
     assert (list(device.request_names), device.pool_name, device.device_name) == (["gpus"], h100.node, "gpu-3")
     assert list(device.cdi_device_ids) == [f"k8s.gpu.nativedra.dev/claim={key[1]}-gpu-3"]
 
-    [spec_file] = _spec_files(h100)
+    [spec_file] = spec_files(h100)
     assert spec_file.name == f"{CDI_PREFIX}{key[1]}.yaml"
     assert stat.S_IMODE(spec_file.stat().st_mode) == 0o644
     spec = yaml.safe_load(spec_file.read_text())
@@ -124,7 +94,7 @@ def test_prepare_and_unprepare_a_claim_the_real_scheduler_allocated(
     assert "NATIVEDRA_GPU_UUIDS=GPU-4f6081a2-3d84-4f51-b1a2-415d6e7f8093" in cdi_device["containerEdits"]["env"]
 
     assert unprepare(h100.dra_socket, version, [key]).claims[key[1]].error == ""
-    assert _spec_files(h100) == []
+    assert spec_files(h100) == []
     assert _checkpoint_claims(h100) == {}
 
 
@@ -139,12 +109,12 @@ def test_fraction_gets_mps_limits_and_share_gets_its_share_id(
         api,
         namespace,
         "quarter",
-        [request("gpus", "gpu-fraction.nativedra.dev", f"device.attributes['{DOMAIN}'].fraction == '1/4'")],
+        [request("gpus", "gpu-fraction.nativedra.dev", f"device.attributes['{DRIVER_NAME}'].fraction == '1/4'")],
     )
     gpu_pod(api, namespace, "quarter", "quarter", node=h100.node)
     key = claim_key(allocated_claim(api, namespace, "quarter"))
     device = prepare(h100.dra_socket, "v1beta1", [key]).claims[key[1]].devices[0]
-    env = yaml.safe_load(_spec_files(h100)[0].read_text())["devices"][0]["containerEdits"]["env"]
+    env = yaml.safe_load(spec_files(h100)[0].read_text())["devices"][0]["containerEdits"]["env"]
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in env
     assert f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={85520809984 // 4 // 2**20}M" in env
     assert "-1of4-" in device.device_name
@@ -158,34 +128,34 @@ def test_fraction_gets_mps_limits_and_share_gets_its_share_id(
     key = claim_key(claim)
     shared = prepare(shares.dra_socket, "v1", [key]).claims[key[1]].devices[0]
     assert shared.share_id and shared.share_id == claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
-    env = yaml.safe_load(_spec_files(shares)[0].read_text())["devices"][0]["containerEdits"]["env"]
+    env = yaml.safe_load(spec_files(shares)[0].read_text())["devices"][0]["containerEdits"]["env"]
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M" in env
 
 
 def test_prepare_and_unprepare_are_idempotent(api: client.ApiClient, namespace: str, h100: NodePlugin) -> None:
-    key = claim_key(_whole_gpu_claim(api, namespace, "twice", h100.node))
+    key = claim_key(whole_gpu_claim(api, namespace, "twice", h100.node))
     first = prepare(h100.dra_socket, "v1", [key])
     second = prepare(h100.dra_socket, "v1", [key])
     assert first == second
-    assert len(_spec_files(h100)) == 1
+    assert len(spec_files(h100)) == 1
     for _ in range(2):
         assert unprepare(h100.dra_socket, "v1", [key]).claims[key[1]].error == ""
-    assert _spec_files(h100) == []
+    assert spec_files(h100) == []
 
 
 def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(
     api: client.ApiClient, namespace: str, fake_nodes: Callable[..., str], h100: NodePlugin
 ) -> None:
-    good = claim_key(_whole_gpu_claim(api, namespace, "good", h100.node))
+    good = claim_key(whole_gpu_claim(api, namespace, "good", h100.node))
     other_node = fake_nodes("elsewhere")
     SlicePublisher(api, other_node).reconcile(
         build_slices(load_profile(resolve_profile("l4-4x")), PublishConfig(), other_node)
     )
-    elsewhere = claim_key(_whole_gpu_claim(api, namespace, "elsewhere", other_node))
+    elsewhere = claim_key(whole_gpu_claim(api, namespace, "elsewhere", other_node))
     create_claim(api, namespace, "idle", [request("gpus", "gpu.nativedra.dev")])
     idle = RESOURCE_CLAIMS.get(api, "idle", namespace)
     bad_config = {
-        "driver": DOMAIN,
+        "driver": DRIVER_NAME,
         "parameters": {
             "apiVersion": "gpu.nativedra.dev/v1alpha1",
             "kind": "GpuConfig",
@@ -223,7 +193,7 @@ def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(
     assert f"pool {h100.node}" in errors[elsewhere[1]] and other_node in errors[elsewhere[1]]
     assert "status.allocation.devices.config[0]" in errors[configured[1]]
     assert "sharing.mps.activeThreadPercentage" in errors[configured[1]]
-    assert [p.name for p in _spec_files(h100)] == [f"{CDI_PREFIX}{good[1]}.yaml"]
+    assert [p.name for p in spec_files(h100)] == [f"{CDI_PREFIX}{good[1]}.yaml"]
     assert set(_checkpoint_claims(h100)) == {good[1]}
 
 
@@ -231,7 +201,7 @@ def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(
 def test_sigkill_at_each_step_of_prepare_leaves_nothing_behind(
     api: client.ApiClient, namespace: str, h100: NodePlugin, crash_point: str
 ) -> None:
-    key = claim_key(_whole_gpu_claim(api, namespace, "crashy", h100.node))
+    key = claim_key(whole_gpu_claim(api, namespace, "crashy", h100.node))
     h100.stop()
     h100.start(env={"NATIVEDRA_TEST_CRASH_POINT": crash_point})
     with pytest.raises(Exception, match=r"UNAVAILABLE|Socket closed|failed to connect"):
@@ -240,18 +210,18 @@ def test_sigkill_at_each_step_of_prepare_leaves_nothing_behind(
     h100.start()
     response = prepare(h100.dra_socket, "v1", [key])
     assert response.claims[key[1]].error == ""
-    assert [p.name for p in _spec_files(h100)] == [f"{CDI_PREFIX}{key[1]}.yaml"]
+    assert [p.name for p in spec_files(h100)] == [f"{CDI_PREFIX}{key[1]}.yaml"]
     assert _checkpoint_claims(h100)[key[1]]["state"] == "PrepareCompleted"
     assert unprepare(h100.dra_socket, "v1", [key]).claims[key[1]].error == ""
-    assert _spec_files(h100) == [] and _checkpoint_claims(h100) == {}
+    assert spec_files(h100) == [] and _checkpoint_claims(h100) == {}
 
 
 def test_restart_restores_lost_specs_and_survives_a_corrupted_checkpoint(
     api: client.ApiClient, namespace: str, h100: NodePlugin
 ) -> None:
-    key = claim_key(_whole_gpu_claim(api, namespace, "running", h100.node))
+    key = claim_key(whole_gpu_claim(api, namespace, "running", h100.node))
     prepare(h100.dra_socket, "v1", [key])
-    [spec_file] = _spec_files(h100)
+    [spec_file] = spec_files(h100)
     content = spec_file.read_text()
     h100.stop()
     spec_file.unlink()  # /var/run is tmpfs: a reboot or a cleanup loses it
@@ -264,7 +234,7 @@ def test_restart_restores_lost_specs_and_survives_a_corrupted_checkpoint(
     h100.start()
     assert list(h100.data_dir.glob("checkpoint.json.corrupt-*")), "the corrupted file is kept aside"
     assert "checkpoint" in h100.log.read_text() and "checksum mismatch" in h100.log.read_text()
-    fresh = claim_key(_whole_gpu_claim(api, namespace, "after-corruption", h100.node))
+    fresh = claim_key(whole_gpu_claim(api, namespace, "after-corruption", h100.node))
     assert prepare(h100.dra_socket, "v1", [fresh]).claims[fresh[1]].error == ""
 
 
@@ -292,7 +262,10 @@ def test_a_faulty_gpu_is_tainted_reported_unhealthy_and_recovers(
         channel.close()
 
     claim_template(
-        api, namespace, "gpu-2", [request("gpus", "gpu.nativedra.dev", f"device.attributes['{DOMAIN}'].index == 2")]
+        api,
+        namespace,
+        "gpu-2",
+        [request("gpus", "gpu.nativedra.dev", f"device.attributes['{DRIVER_NAME}'].index == 2")],
     )
     gpu_pod(api, namespace, "wants-gpu-2", "gpu-2", node=h100.node)
     assert "cannot allocate all claims" in wait_pod_unschedulable(api, namespace, "wants-gpu-2")
@@ -309,7 +282,7 @@ def test_metrics_endpoint_reports_publishing_and_prepares(
     node = fake_nodes("metrics")
     plugin = node_plugin(node, "--backend", "simulated", "--profile", "l4-4x", "--metrics-port", str(port))
     wait_for(lambda: len(published_devices(api, node)) == 60, 60, "60 published devices")
-    key = claim_key(_whole_gpu_claim(api, namespace, "measured", node))
+    key = claim_key(whole_gpu_claim(api, namespace, "measured", node))
     assert prepare(plugin.dra_socket, "v1", [key]).claims[key[1]].error == ""
 
     def scrape() -> str:

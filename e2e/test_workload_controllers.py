@@ -75,6 +75,31 @@ def _bound(api: client.ApiClient, namespace: str, selector: str) -> list[client.
     return [p for p in pods_with(api, namespace, selector) if p.spec.node_name]
 
 
+def _wait_bound(
+    cluster: ExtenderCluster, namespace: str, selector: str, count: int, what: str, timeout: float = 180
+) -> None:
+    wait_for(
+        lambda: len(_bound(cluster.api, namespace, selector)) == count,
+        timeout,
+        what,
+        lambda: _explain(cluster.api, namespace),
+    )
+
+
+def _racks_by(
+    cluster: ExtenderCluster, namespace: str, selector: str, label: str, rack_of: dict[str, str]
+) -> dict[str, set[str]]:
+    """Racks of the bound pods, per value of `label` (a JobSet's Job, an LWS group)."""
+    racks: dict[str, set[str]] = {}
+    for pod in _bound(cluster.api, namespace, selector):
+        racks.setdefault(pod.metadata.labels[label], set()).add(rack_of[pod.spec.node_name])
+    return racks
+
+
+def _each_alone_in_a_rack(racks: dict[str, set[str]], expected: set[str]) -> bool:
+    return all(len(r) == 1 for r in racks.values()) and set.union(*racks.values()) == expected
+
+
 @pytest.mark.parametrize("layout", [{"rack-a": 2, "rack-b": 2}, {"rack-a": 2, "rack-b": 4}], ids=["2+2", "2+4"])
 def test_exclusive_jobset_places_each_job_alone_in_a_rack(
     setup: tuple[ExtenderCluster, str, str], layout: dict[str, int]
@@ -84,17 +109,10 @@ def test_exclusive_jobset_places_each_job_alone_in_a_rack(
     workers = ReplicatedJob("workers", replicas=2, parallelism=2, template="eight")
     create_jobset(cluster.api, namespace, "train", [workers], {TEST_LABEL: test}, exclusive_topology=RACK_LABEL)
     selector = f"{JOBSET_NAME}=train"
-    wait_for(
-        lambda: len(_bound(cluster.api, namespace, selector)) == 4,
-        180,
-        "all 4 JobSet pods bound",
-        lambda: _explain(cluster.api, namespace),
-    )
-    racks_per_job: dict[str, set[str]] = {}
-    for pod in _bound(cluster.api, namespace, selector):
-        racks_per_job.setdefault(pod.metadata.labels[JOB_KEY], set()).add(rack_of[pod.spec.node_name])
-    assert len(racks_per_job) == 2 and all(len(r) == 1 for r in racks_per_job.values()), racks_per_job
-    assert set.union(*racks_per_job.values()) == {"rack-a", "rack-b"}, f"one rack per Job: {racks_per_job}"
+    _wait_bound(cluster, namespace, selector, 4, "all 4 JobSet pods bound", 180)
+    racks_per_job = _racks_by(cluster, namespace, selector, JOB_KEY, rack_of)
+    assert len(racks_per_job) == 2, racks_per_job
+    assert _each_alone_in_a_rack(racks_per_job, {"rack-a", "rack-b"}), f"one rack per Job: {racks_per_job}"
 
 
 def test_driver_and_workers_of_one_jobset_are_one_gang(setup: tuple[ExtenderCluster, str, str]) -> None:
@@ -108,12 +126,7 @@ def test_driver_and_workers_of_one_jobset_are_one_gang(setup: tuple[ExtenderClus
     assert _bound(cluster.api, namespace, selector) == [], "5 pods x 8 GPUs on 4 nodes: none may hold GPUs"
     assert "5" in _explain(cluster.api, namespace)
     _racks(cluster, test, {"rack-a": 1})
-    wait_for(
-        lambda: len(_bound(cluster.api, namespace, selector)) == 5,
-        120,
-        "the whole JobSet once a node is added",
-        lambda: _explain(cluster.api, namespace),
-    )
+    _wait_bound(cluster, namespace, selector, 5, "the whole JobSet once a node is added", 120)
 
 
 def test_competing_jobsets_one_whole_then_the_other(setup: tuple[ExtenderCluster, str, str]) -> None:
@@ -134,15 +147,8 @@ def test_competing_jobsets_one_whole_then_the_other(setup: tuple[ExtenderCluster
     assert sorted(counts.values()) == [0, 4], counts
     winner = max(counts, key=lambda name: counts[name])
     loser = min(counts, key=lambda name: counts[name])
-    client.CustomObjectsApi(cluster.api).delete_namespaced_custom_object(
-        "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", winner, propagation_policy="Foreground"
-    )
-    wait_for(
-        lambda: len(_bound(cluster.api, namespace, f"{JOBSET_NAME}={loser}")) == 4,
-        180,
-        f"JobSet {loser} whole once {winner} is gone",
-        lambda: _explain(cluster.api, namespace),
-    )
+    JOBSETS.delete_namespaced(cluster.api, winner, namespace)
+    _wait_bound(cluster, namespace, f"{JOBSET_NAME}={loser}", 4, f"JobSet {loser} whole once {winner} is gone")
 
 
 @pytest.mark.parametrize("exclusive", [True, False], ids=["exclusive", "shared"])
@@ -160,17 +166,10 @@ def test_leaderworkerset_groups_are_placed_whole(setup: tuple[ExtenderCluster, s
         exclusive_topology=RACK_LABEL if exclusive else None,
     )
     selector = f"{LWS_NAME}=serve"
-    wait_for(
-        lambda: len(_bound(cluster.api, namespace, selector)) == 4,
-        180,
-        "both LWS groups placed",
-        lambda: _explain(cluster.api, namespace),
-    )
-    racks: dict[str, set[str]] = {}
-    for pod in _bound(cluster.api, namespace, selector):
-        racks.setdefault(pod.metadata.labels[LWS_GROUP], set()).add(rack_of[pod.spec.node_name])
+    _wait_bound(cluster, namespace, selector, 4, "both LWS groups placed", 180)
+    racks = _racks_by(cluster, namespace, selector, LWS_GROUP, rack_of)
     if exclusive:
-        assert all(len(r) == 1 for r in racks.values()) and set.union(*racks.values()) == {"rack-a", "rack-b"}, racks
+        assert _each_alone_in_a_rack(racks, {"rack-a", "rack-b"}), racks
 
 
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
@@ -186,28 +185,15 @@ def test_a_restarted_jobset_forms_its_gang_again(setup: tuple[ExtenderCluster, s
         cluster.api, namespace, "train", [workers], {TEST_LABEL: test}, exclusive_topology=RACK_LABEL, max_restarts=1
     )
     first = f"{JOBSET_NAME}=train,{RESTART_ATTEMPT}=0"
-    wait_for(
-        lambda: len(_bound(cluster.api, namespace, first)) == 4,
-        180,
-        "attempt 0 placed",
-        lambda: _explain(cluster.api, namespace),
-    )
+    _wait_bound(cluster, namespace, first, 4, "attempt 0 placed", 180)
     victim = _bound(cluster.api, namespace, first)[0]
     client.CoreV1Api(cluster.api).patch_namespaced_pod_status(
         victim.metadata.name, namespace, {"status": {"phase": "Failed", "reason": "e2e: simulated crash"}}
     )
     second = f"{JOBSET_NAME}=train,{RESTART_ATTEMPT}=1"
-    wait_for(
-        lambda: len(_bound(cluster.api, namespace, second)) == 4,
-        240,
-        "attempt 1 placed whole",
-        lambda: _explain(cluster.api, namespace),
-    )
-    racks_per_job: dict[str, set[str]] = {}
-    for pod in _bound(cluster.api, namespace, second):
-        racks_per_job.setdefault(pod.metadata.labels[JOB_KEY], set()).add(rack_of[pod.spec.node_name])
-    assert all(len(r) == 1 for r in racks_per_job.values()), racks_per_job
-    assert set.union(*racks_per_job.values()) == {"rack-a", "rack-b"}, racks_per_job
+    _wait_bound(cluster, namespace, second, 4, "attempt 1 placed whole", 240)
+    racks_per_job = _racks_by(cluster, namespace, second, JOB_KEY, rack_of)
+    assert _each_alone_in_a_rack(racks_per_job, {"rack-a", "rack-b"}), racks_per_job
 
 
 def test_a_suspended_jobset_releases_its_capacity_and_takes_it_whole_on_resume(
@@ -219,12 +205,7 @@ def test_a_suspended_jobset_releases_its_capacity_and_takes_it_whole_on_resume(
     _racks(cluster, test, {"rack-a": 4})
     create_jobset(cluster.api, namespace, "train", [ReplicatedJob("workers", 4, 1, "eight")], {TEST_LABEL: test})
     selector = f"{JOBSET_NAME}=train"
-    wait_for(
-        lambda: len(_bound(cluster.api, namespace, selector)) == 4,
-        180,
-        "the JobSet placed",
-        lambda: _explain(cluster.api, namespace),
-    )
+    _wait_bound(cluster, namespace, selector, 4, "the JobSet placed", 180)
     JOBSETS.patch(cluster.api, "train", {"spec": {"suspend": True}}, namespace)
     wait_for(lambda: not pods_with(cluster.api, namespace, selector), 120, "the suspended JobSet's pods gone")
     other = gang_pods(cluster.api, namespace, "other", 4, 8, selector={TEST_LABEL: test})
@@ -237,9 +218,4 @@ def test_a_suspended_jobset_releases_its_capacity_and_takes_it_whole_on_resume(
     for name in other:
         client.CoreV1Api(cluster.api).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
     JOBSETS.patch(cluster.api, "train", {"spec": {"suspend": False}}, namespace)
-    wait_for(
-        lambda: len(_bound(cluster.api, namespace, selector)) == 4,
-        240,
-        "the resumed JobSet placed whole",
-        lambda: _explain(cluster.api, namespace),
-    )
+    _wait_bound(cluster, namespace, selector, 4, "the resumed JobSet placed whole", 240)

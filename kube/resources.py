@@ -63,6 +63,11 @@ class Resource:
         """Cluster-scoped delete."""
         client.CustomObjectsApi(api).delete_cluster_custom_object(*self._path(), name)
 
+    def delete_namespaced(self, api: client.ApiClient, name: str, namespace: str) -> None:
+        """Delete with its dependents first (foreground), as `kubectl delete --cascade=foreground`."""
+        objects = client.CustomObjectsApi(api)
+        objects.delete_namespaced_custom_object(*self._path(namespace), name, propagation_policy="Foreground")
+
     def lister(self, api: client.ApiClient) -> Any:
         """A list function over all namespaces, as `kubernetes.watch.Watch().stream` wants one."""
         objects = client.CustomObjectsApi(api)
