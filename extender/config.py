@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -15,6 +16,9 @@ RACK_LABEL = "nativedra.dev/rack"
 NVLINK_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DEFAULT_TOPOLOGY_LEVELS = (ZONE_LABEL, BLOCK_LABEL, RACK_LABEL, NVLINK_CLIQUE_LABEL, HOSTNAME_LABEL)
+# A Kubernetes label key: an optional DNS subdomain prefix and "/", then a name of up to 63 characters.
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class ConfigError(ValueError):
@@ -28,8 +32,19 @@ class ScoreWeights(BaseModel):
     fraction_packing: Annotated[int, Field(ge=0, le=100)] = 1
 
 
+def _label_key_problem(key: str) -> str | None:
+    """Why `key` is not a label key a node could carry, if it is not."""
+    if not key:
+        return "a level is empty"
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return f"{key!r} is not a node label key (bad prefix)"
+    return None if _LABEL_NAME.fullmatch(name) else f"{key!r} is not a node label key"
+
+
 class ExtenderConfig(BaseModel):
-    """Topology levels are node label keys, widest first."""
+    """Topology levels are node label keys, widest first: a gang preferring one level widens
+    through the levels listed before it, so a typo or a repeat would silently change placement."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
     topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS
@@ -41,6 +56,17 @@ class ExtenderConfig(BaseModel):
     max_gang_size: Annotated[int, Field(ge=1)] | None = None
     driver: str = "gpu.nativedra.dev"
     weights: ScoreWeights = ScoreWeights()
+
+    @field_validator("topology_levels")
+    @classmethod
+    def _label_keys(cls, levels: tuple[str, ...]) -> tuple[str, ...]:
+        problems = [problem for problem in map(_label_key_problem, levels) if problem]
+        repeated = sorted({level for level in levels if levels.count(level) > 1})
+        if repeated:
+            problems.append(f"listed more than once: {', '.join(repeated)}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return levels
 
 
 def load_config(path: Path | None) -> ExtenderConfig:

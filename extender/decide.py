@@ -65,7 +65,9 @@ class Decider:
     def __init__(self, config: ExtenderConfig) -> None:
         self.config = config
         self.matcher = Matcher(Selectors(), config.driver)
-        self.limits = Limits(config.plan_timeout_seconds, config.plan_budget_seconds, config.max_gang_size)
+        self.limits = Limits(
+            config.plan_timeout_seconds, config.plan_budget_seconds, config.max_gang_size, config.topology_levels
+        )
         # One plan, for (view version, body of the pod asked about unless the view holds it); it
         # also depends on time only through holds expiring, so it is kept until the first does.
         self._plan_cache: tuple[tuple[int, str | None], ClusterPlan] | None = None

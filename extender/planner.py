@@ -2,14 +2,16 @@
 
 Each gang's remaining members are planned into one domain at its required (or preferred)
 topology level, best-fit: the feasible domain with the least room to spare, so big free domains
-stay whole. A gang that already has placed members (bound, or with a claim allocated for them)
-stays in their domain: that is read from the API, so every extender replica, restarted or not,
-answers the same. Capacity planned for a gang is held against every later gang and every pod
-outside a gang. A gang that cannot be placed holds nothing, so it never blocks others, and says
-why. A hold expires after the plan timeout with no progress; the gang then plans behind the others
-without holding until its members change or capacity is freed on a node it may use, which starts
-a new hold. Every loop is bounded by the cluster (a gang larger than the cluster could ever hold is
-refused) and every gang's planning by a time budget.
+stay whole; a preferred level that has no room widens through the configured levels, then to
+anywhere.
+A gang that already has placed members (bound, or with a claim allocated for them) stays in their
+domain: that is read from the API, so every extender replica, restarted or not, answers the same.
+Capacity planned for a gang is held against every later gang and every pod outside a gang. A gang
+that cannot be placed holds nothing, so it never blocks others, and says why. A hold expires after
+the plan timeout with no progress; the gang then plans behind the others without holding until its
+members change or capacity is freed on a node it may use, which starts a new hold. Every loop is
+bounded by the cluster (a gang larger than the cluster could ever hold is refused) and every gang's
+planning by a time budget.
 """
 
 from __future__ import annotations
@@ -155,11 +157,13 @@ class ClusterPlan:
 @dataclass(frozen=True)
 class Limits:
     """What bounds planning: the hold timeout, each gang's time budget (seconds of the planner's
-    clock), and an optional ceiling on gang size under what the cluster could ever hold."""
+    clock), an optional ceiling on gang size under what the cluster could ever hold, and the
+    topology levels (widest first) a preferred level widens through before giving up on one domain."""
 
     timeout: float = 300.0
     budget: float = 2.0
     max_gang_size: int | None = None
+    levels: tuple[str, ...] = ()
 
 
 class _BudgetSpentError(Exception):
@@ -227,10 +231,18 @@ def _held_by_another(names: list[str], taken: Mapping[str, str], mine: str) -> b
     return any(taken.get(name, mine) != mine for name in names)
 
 
-def _levels(ref: GangRef) -> list[str | None]:
-    """Topology levels to try, in order: a required level alone; a preferred one, then anywhere."""
-    level = ref.required_topology or ref.preferred_topology
-    return [level] if ref.required_topology or not level else [level, None]
+def _levels(ref: GangRef, levels: tuple[str, ...]) -> list[str | None]:
+    """Topology levels to try, in order: a required level alone; a preferred one, then each wider
+    one of `levels` (listed widest first, so walked back from it: rack, block, zone), then anywhere,
+    so a gang that misses its rack still lands as close together as the cluster allows. A preferred
+    level not listed is a plain label key: it, then anywhere."""
+    if ref.required_topology:
+        return [ref.required_topology]
+    level = ref.preferred_topology
+    if not level:
+        return [None]
+    wider = levels[: levels.index(level)][::-1] if level in levels else ()
+    return [level, *wider, None]
 
 
 @dataclass(frozen=True)
@@ -338,10 +350,12 @@ def _why(gang: Gang, level: str | None) -> str:
     """Why the plan's domain was chosen, for the log."""
     if level and gang.placed:
         return f"its placed members are in this {level}"
-    if level:
-        return f"best fit: the {level} with the least room to spare"
+    best = f"best fit: the {level} with the least room to spare" if level else ""
     wanted = gang.ref.preferred_topology
-    return f"no single {wanted} has room; it is preferred, not required" if wanted else "no topology asked"
+    if wanted and level != wanted and not gang.ref.required_topology:
+        widened = f"no single {wanted} has room; it is preferred, not required"
+        return f"{widened}; {best}" if best else widened
+    return best or "no topology asked"
 
 
 @dataclass
@@ -454,14 +468,15 @@ def _place_together(
     matcher: Matcher,
     *,
     taken: Mapping[str, str],
+    levels: tuple[str, ...],
     out_of_time: Callable[[], bool],
 ) -> _Together:
-    """The non-exclusive parts in one domain at the gang's level, best fit: the feasible domain
+    """The non-exclusive parts in one domain at the first of the gang's levels with room, best fit: the feasible domain
     with the least room to spare, so big free domains stay whole for big gangs."""
     first, need = parts[0], gang.part_remaining(parts[0])
     demand = gang.demand(first)
     best_seen: tuple[int, str] = (0, "")
-    for level in _levels(gang.ref):
+    for level in _levels(gang.ref, levels):
         domains = _domains(nodes, level, gang)
         fits = [
             _fit_domain(domain, names, nodes, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
@@ -511,7 +526,9 @@ def _plan_gang(
     together = [p for p in gang.parts if not p.exclusive and gang.part_remaining(p)]
     level: str | None = None
     if together:
-        found = _place_together(gang, together, nodes, working, matcher, taken=taken, out_of_time=out_of_time)
+        found = _place_together(
+            gang, together, nodes, working, matcher, taken=taken, levels=limits.levels, out_of_time=out_of_time
+        )
         if found.placement is None:
             return Plan(gang.ref.key, False, reason=_no_room(gang, demand, found.best_seen)), {}
         level = found.level

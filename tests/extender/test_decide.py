@@ -1,4 +1,4 @@
-"""Decider: filter answers for plain pods, gang members, held capacity and unseen objects."""
+"""Decider: filter answers for plain pods, gang members, held capacity, unseen objects, levels."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from extender.config import ExtenderConfig
 from extender.decide import Decider
+from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
 from extender.model import Usage
 from extender.view import ClusterView
 from tests.builders import (
@@ -283,3 +284,15 @@ def test_a_jobset_pod_waits_until_the_extender_has_seen_its_jobset() -> None:
     cluster = view(racks({"a": 2}), pods=[leader], templates=TEMPLATES)
     passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, leader, list(cluster.nodes), now=SOON_AFTER)
     assert passing == [] and "waiting to see JobSet ns/train" in next(iter(failed.values()))
+
+
+def test_the_configured_levels_widen_a_preferred_rack() -> None:
+    """No rack holds 3; block y does, and is preferred to anywhere (which would start at a-0)."""
+    layout = {"a-0": ("x", "a"), "b-0": ("x", "b"), "c-0": ("y", "c"), "c-1": ("y", "c"), "d-0": ("y", "d")}
+    nodes = gpu_nodes({name: {"block": block, "rack": rack} for name, (block, rack) in layout.items()})
+    labels = {GANG: "p", GANG_SIZE: "3", TOPOLOGY_PREFERRED: "rack"}
+    members = [pod(f"p-{i}", labels=labels, template="eight", created=CREATED) for i in range(3)]
+    cluster = view(nodes, pods=members, templates=TEMPLATES)
+    decider = Decider(ExtenderConfig(topology_levels=("block", "rack")))
+    passing, failed, _ = decider.filter(cluster, members[0], sorted(nodes), SOON_AFTER)
+    assert passing == ["c-0", "c-1", "d-0"], failed

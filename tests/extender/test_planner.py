@@ -1,14 +1,14 @@
-"""Gang planning: best fit, holds by age, placed members, expiry and backoff, time budgets."""
+"""Gang planning: best fit, holds by age, placed members, expiry and backoff, time budgets, levels."""
 
 from __future__ import annotations
 
 from extender.capacity import Matcher
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
-from extender.gang import gang_of
+from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED, gang_of
 from extender.model import Node, Usage
 from extender.planner import ClusterPlan, Gang, Limits, Member, plan_cluster
-from tests.builders import DRIVER, GPU, gang_labels, pod, racks
+from tests.builders import DRIVER, GPU, gang_labels, gpu_nodes, pod, racks
 
 EIGHT = Demand((Request((GPU,), 8),))
 
@@ -93,3 +93,51 @@ def test_a_gang_whose_plan_runs_out_of_time_is_not_placeable_yet_alone() -> None
     slow, other = result.plans["ns/gang:slow"], result.plans["ns/gang:other"]
     assert not slow.feasible and "not placeable yet" in slow.reason and slow.slots == {}
     assert other.feasible and sum(other.slots.values()) == 1, other.reason
+
+
+def preferring(level: str, size: int) -> Gang:
+    """Gang p of `size` members of 8 GPUs each that prefers one domain of label `level`."""
+    ref = gang_of(pod(labels={GANG: "p", GANG_SIZE: str(size), TOPOLOGY_PREFERRED: level}), {}, {})
+    assert ref is not None
+    return Gang(ref, [Member(f"ns/p-{i}", None, EIGHT, 1.0 + i) for i in range(size)])
+
+
+# Racks a (1 node) and b (1 node) in block x, rack c (2 nodes) in block y, all in zone z: no rack
+# holds 3 members; block y does; anywhere (and zone z, all of it) takes the first nodes by name.
+LAYERED = gpu_nodes(
+    {
+        "a-0": {"zone": "z", "block": "x", "rack": "a"},
+        "b-0": {"zone": "z", "block": "x", "rack": "b"},
+        "c-0": {"zone": "z", "block": "y", "rack": "c"},
+        "c-1": {"zone": "z", "block": "y", "rack": "c"},
+        "d-0": {"zone": "z", "block": "y", "rack": "d"},
+    }
+)
+
+
+def plan_with_levels(gang: Gang, levels: tuple[str, ...]) -> ClusterPlan:
+    usage = {name: Usage() for name in LAYERED}
+    limits = Limits(levels=levels)
+    return plan_cluster(LAYERED, usage, [gang], Matcher(Selectors(), DRIVER), now=10.0, limits=limits)
+
+
+def test_a_preferred_rack_without_room_widens_to_the_next_wider_level_before_anywhere() -> None:
+    result = plan_with_levels(preferring("rack", 3), ("zone", "block", "rack")).plans["ns/gang:p"]
+    assert set(result.slots) == {"c-0", "c-1", "d-0"}, "block y, tried before zone z and anywhere"
+    assert result.domain == "block y"
+    assert result.reason == (
+        "no single rack has room; it is preferred, not required; best fit: the block with the least room to spare"
+    )
+
+
+def test_a_preferred_level_that_fits_is_kept_and_an_unlisted_one_falls_back_to_anywhere() -> None:
+    fits = plan_with_levels(preferring("rack", 2), ("zone", "block", "rack")).plans["ns/gang:p"]
+    assert set(fits.slots) == {"c-0", "c-1"} and fits.domain == "rack c"
+    unlisted = plan_with_levels(preferring("rack", 3), ("zone", "block")).plans["ns/gang:p"]
+    assert set(unlisted.slots) == {"a-0", "b-0", "c-0"} and unlisted.domain == "the cluster"
+
+
+def test_a_required_level_tries_only_its_own() -> None:
+    required = gang("r", 3, 1.0, "rack")
+    result = plan_with_levels(required, ("zone", "block", "rack")).plans["ns/gang:r"]
+    assert not result.feasible and "in one rack" in result.reason
