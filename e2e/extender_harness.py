@@ -10,7 +10,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
+from e2e.tcp_balancer import TcpBalancer
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from nativedra.cluster.controlplane import free_port
@@ -109,8 +110,13 @@ class ExtenderCluster:
 
 
 @contextlib.contextmanager
-def extender_cluster(root: Path, extender_config: dict[str, Any]) -> Iterator[ExtenderCluster]:
-    port = free_port()
+def _extender_plane(
+    root: Path, extender_config: dict[str, Any], port: int
+) -> Iterator[Callable[[str, int], ExtenderCluster]]:
+    """A control plane whose scheduler calls https://127.0.0.1:`port`, with the DeviceClasses applied.
+    Yields a factory of extender processes (not started): each serves the port it is given and has
+    its own probe port and log; all share the TLS material and config, as a Deployment's replicas
+    share a Secret and a ConfigMap."""
     tls = extender_tls(root / "extender-tls")
     plane = ControlPlane(
         state_dir=root / "cluster", binaries=resolve(), scheduler_config_extra=scheduler_extra(port, tls)
@@ -118,22 +124,78 @@ def extender_cluster(root: Path, extender_config: dict[str, Any]) -> Iterator[Ex
     plane.start()
     config_file = root / "extender.yaml"
     config_file.write_text(yaml.safe_dump(extender_config))
-    harness = ExtenderCluster(
-        plane,
-        config.new_client_from_config(config_file=str(plane.kubeconfig)),
-        port,
-        free_port(),
-        tls,
-        config_file,
-        root / "extender.log",
-    )
+    api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+
+    def extender(name: str, serving_port: int) -> ExtenderCluster:
+        return ExtenderCluster(plane, api, serving_port, free_port(), tls, config_file, root / f"{name}.log")
+
     try:
-        apply_file(harness.api, device_classes())
-        harness.start_extender()
-        yield harness
+        apply_file(api, device_classes())
+        yield extender
     finally:
-        harness.kill_extender()
         plane.stop()
+
+
+@contextlib.contextmanager
+def extender_cluster(root: Path, extender_config: dict[str, Any]) -> Iterator[ExtenderCluster]:
+    port = free_port()
+    with _extender_plane(root, extender_config, port) as extender:
+        harness = extender("extender", port)
+        try:
+            harness.start_extender()
+            yield harness
+        finally:
+            harness.kill_extender()
+
+
+@dataclass
+class ReplicatedExtenders:
+    """Extender processes as a Deployment's replicas, behind a balancer standing for their Service:
+    the scheduler's urlPrefix is the balancer's port. Any replica adds and removes the test's nodes."""
+
+    replicas: list[ExtenderCluster]
+    balancer: TcpBalancer
+
+    @property
+    def first(self) -> ExtenderCluster:
+        return self.replicas[0]
+
+    def start_stopped(self) -> None:
+        """Start again the replicas a test killed, as the Deployment's controller would."""
+        for replica in self.replicas:
+            if replica.process is None or replica.process.poll() is not None:
+                replica.start_extender()
+
+
+@contextlib.contextmanager
+def replicated_extender_cluster(
+    root: Path, extender_config: dict[str, Any], count: int = 2
+) -> Iterator[ReplicatedExtenders]:
+    front = free_port()
+    with _extender_plane(root, extender_config, front) as extender:
+        replicas = [extender(f"extender-{index}", free_port()) for index in range(count)]
+        with TcpBalancer(front, [replica.port for replica in replicas]) as balancer:
+            try:
+                for replica in replicas:
+                    replica.start_extender()
+                yield ReplicatedExtenders(replicas, balancer)
+            finally:
+                for replica in replicas:
+                    replica.kill_extender()
+
+
+@contextlib.contextmanager
+def fresh_namespace(api: client.ApiClient, prefix: str) -> Iterator[str]:
+    """A new namespace once its default ServiceAccount exists (pods are refused before), deleted after."""
+    core = client.CoreV1Api(api)
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        wait_for(lambda: core.list_namespaced_service_account(name).items, 30, "default ServiceAccount")
+        yield name
+    finally:
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(name)
 
 
 def gang_pods(
