@@ -14,6 +14,7 @@ from extender.capacity import Matcher, place
 from extender.cel_eval import Selectors
 from extender.config import ExtenderConfig
 from extender.demand import Demand, allocated_node, demand_of
+from extender.eligibility import PlacedPods
 from extender.gang import GangRef, gang_of
 from extender.model import Node, Usage
 from extender.planner import ClusterPlan, Gang, HoldClock, Limits, Member, Plan, plan_cluster
@@ -78,6 +79,8 @@ class Decider:
         self._logged: dict[str, tuple[object, ...]] = {}
         # node -> (node object, usage object, demand, score): both objects are replaced on any change
         self._scores: dict[str, tuple[Node, Usage, Demand, int]] = {}
+        # The placed pods of the last view (by version), for inter-pod affinity: built once per view.
+        self._placed: tuple[int, PlacedPods] | None = None
 
     def demand(self, view: ClusterView, pod: dict[str, Any], include_allocated: bool = False) -> Demand:
         return demand_of(
@@ -87,7 +90,27 @@ class Decider:
     def gang(self, view: ClusterView, pod: dict[str, Any]) -> GangRef | None:
         return gang_of(pod, view.jobsets, view.pod_group_min)
 
+    def node_of(self, view: ClusterView, pod: dict[str, Any]) -> str | None:
+        """The node the pod is placed on: bound there, or its claim allocated there."""
+        return (pod.get("spec") or {}).get("nodeName") or allocated_node(pod, view.claims, self.config.driver)
+
+    def placed_pods(self, view: ClusterView) -> PlacedPods:
+        """The view's placed pods as kube-scheduler's InterPodAffinity counts them: its pod informer
+        leaves out Succeeded and Failed pods, while a pod being deleted still counts until it is gone."""
+        cached = self._placed
+        if cached is not None and cached[0] == view.version:
+            return cached[1]
+        placed = []
+        for pod in view.pods.values():
+            node = self.node_of(view, pod)
+            if node in view.nodes and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                placed.append((pod, view.nodes[node].labels))
+        index = PlacedPods(placed)
+        self._placed = (view.version, index)
+        return index
+
     def gangs(self, view: ClusterView, extra: dict[str, Any] | None = None) -> list[Gang]:
+        placed = self.placed_pods(view)
         pods = dict(view.pods)
         if extra is not None:
             pods[_key(extra)] = extra  # the pod being asked about, even if the watch has not delivered it yet
@@ -103,14 +126,14 @@ class Decider:
             gang.members.append(
                 Member(
                     pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}",
-                    node=(pod.get("spec") or {}).get("nodeName")
-                    or allocated_node(pod, view.claims, self.config.driver),
+                    node=self.node_of(view, pod),
                     demand=self.demand(view, pod, include_allocated=True),
                     created=_timestamp(pod["metadata"].get("creationTimestamp")),
                     bound_at=_bound_at(pod),
                     spec=pod.get("spec") or {},
                     done=phase == "Succeeded",
                     part=ref.part,
+                    affinity=placed.of(pod),
                 )
             )
         return list(gangs.values())
@@ -147,7 +170,11 @@ class Decider:
     def filter(
         self, view: ClusterView, pod: dict[str, Any], names: list[str], now: float | None = None
     ) -> tuple[list[str], dict[str, str], str]:
-        """(passing nodes, failed node -> reason, path taken for metrics)."""
+        """(passing nodes, failed node -> reason, path taken for metrics).
+
+        A pod outside a gang is judged on held capacity alone: the scheduler sends only the nodes
+        that passed its own filters, inter-pod affinity among them. A gang member's nodes come from
+        its gang's plan, which weighs every member's affinity, since the scheduler sees one at a time."""
         now = time.time() if now is None else now
         ref = self.gang(view, pod)
         demand = self.demand(view, pod)

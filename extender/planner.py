@@ -3,7 +3,8 @@
 Each gang's remaining members are planned into one domain at its required (or preferred)
 topology level, best-fit: the feasible domain with the least room to spare, so big free domains
 stay whole; a preferred level that has no room widens through the configured levels, then to
-anywhere.
+anywhere. Nodes a gang may use follow its members' node selection and required inter-pod
+(anti-)affinity against placed pods, so a plan never contradicts what the scheduler enforces.
 A gang that already has placed members (bound, or with a claim allocated for them) stays in their
 domain: that is read from the API, so every extender replica, restarted or not, answers the same.
 Capacity planned for a gang is held against every later gang and every pod outside a gang. A gang
@@ -25,7 +26,7 @@ from typing import Any
 
 from extender.capacity import Matcher, members_fit, most_members
 from extender.demand import Demand
-from extender.eligibility import eligible
+from extender.eligibility import ANY_NODE, PodAffinity, eligible
 from extender.gang import GangRef, Part
 from extender.model import Node, Usage
 
@@ -42,6 +43,7 @@ class Member:
     spec: dict[str, Any] = field(default_factory=dict, compare=False)  # for node eligibility
     done: bool = False  # Succeeded: it needs no capacity any more, and holds no domain
     part: str = ""  # the gang part (a JobSet's Job) it belongs to
+    affinity: PodAffinity = field(default=ANY_NODE, compare=False)  # its inter-pod (anti-)affinity
 
 
 @dataclass
@@ -112,8 +114,17 @@ class Gang:
         return member.demand if member else Demand(())
 
     def may_use(self, node: Node, part: Part | None = None) -> bool:
+        """By the stand-in's node selection, and by its inter-pod (anti-)affinity where that speaks
+        for the members it stands for: in a gang of one part, or a stand-in of the part itself. A
+        stand-in from another part would impose its own part's terms (JobSet writes each Job's key
+        into its pods' affinity), so those are left to the scheduler."""
         member = self.representative(part)
-        return member is None or eligible(member.spec, node.name, node.labels)
+        if member is None:
+            return True
+        if not eligible(member.spec, node.name, node.labels):
+            return False
+        own = len(self.parts) == 1 or (part is not None and member.part == part.key)
+        return not own or member.affinity.allows(node.labels)
 
 
 def _pinned(member: Member, part: Part) -> bool:

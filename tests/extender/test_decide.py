@@ -1,4 +1,4 @@
-"""Decider: filter answers for plain pods, gang members, held capacity, unseen objects, levels."""
+"""Decider: filter answers for plain pods, gang members, held capacity, unseen objects, pod affinity."""
 
 from __future__ import annotations
 
@@ -284,6 +284,66 @@ def test_a_jobset_pod_waits_until_the_extender_has_seen_its_jobset() -> None:
     cluster = view(racks({"a": 2}), pods=[leader], templates=TEMPLATES)
     passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, leader, list(cluster.nodes), now=SOON_AFTER)
     assert passing == [] and "waiting to see JobSet ns/train" in next(iter(failed.values()))
+
+
+def with_affinity(obj: dict[str, Any], kind: str, *terms: dict[str, Any]) -> dict[str, Any]:
+    """`obj` with required `kind` (podAffinity or podAntiAffinity) terms added."""
+    affinity = obj["spec"].setdefault("affinity", {}).setdefault(kind, {})
+    affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).extend(terms)
+    return obj
+
+
+def rack_term(labels: dict[str, str]) -> dict[str, Any]:
+    return {"labelSelector": {"matchLabels": labels}, "topologyKey": "rack"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "peer_rack", "planned_rack"),
+    [("podAntiAffinity", "small", "big"), ("podAffinity", "big", "big")],
+    ids=["anti-affinity-avoids-its-rack", "affinity-joins-its-rack"],
+)
+def test_a_gang_is_planned_by_its_pod_affinity_to_placed_pods(kind: str, peer_rack: str, planned_rack: str) -> None:
+    """Best fit alone picks rack small; the scheduler would refuse any plan that breaks the terms."""
+    peer = pod("peer", labels={"app": "peer"}, template="one", created=CREATED, node=f"{peer_rack}-0")
+    members = [with_affinity(member(f"g-{i}", "g", 2, "rack"), kind, rack_term({"app": "peer"})) for i in range(2)]
+    cluster = gang_view({"big": 4, "small": 2}, [peer, *members])
+    passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, members[0], sorted(cluster.nodes), SOON_AFTER)
+    assert passing and {_rack(name) for name in passing} == {planned_rack}, failed
+
+
+def exclusive_leader(jobset_name: str, job: str, index: int, **fields: Any) -> dict[str, Any]:
+    """A Job's leader as JobSet's webhook writes exclusive placement at rack level: affinity to its
+    own Job, anti-affinity to every other Job, in every namespace."""
+    leader = jobset_pod(jobset_name, job, index, 0, exclusive="rack", **fields)
+    key = "jobset.sigs.k8s.io/job-key"
+    mine = leader["metadata"]["labels"][key]
+    own = {"key": key, "operator": "In", "values": [mine]}
+    others = [{"key": key, "operator": "Exists"}, {"key": key, "operator": "NotIn", "values": [mine]}]
+    everywhere = {"topologyKey": "rack", "namespaceSelector": {}}
+    with_affinity(leader, "podAffinity", {"labelSelector": {"matchExpressions": [own]}} | everywhere)
+    return with_affinity(leader, "podAntiAffinity", {"labelSelector": {"matchExpressions": others}} | everywhere)
+
+
+def test_an_exclusive_job_is_not_planned_into_a_rack_holding_another_jobsets_pod() -> None:
+    """A non-exclusive JobSet's pod in rack a is a Job the leader's anti-affinity keeps away from."""
+    other = jobset_pod("web", "web", 0, 0, template="one", node="a-0")
+    leader = exclusive_leader("train", "workers", 0, template="four")
+    specs = [jobset("web", [("web", 1, 1)]), jobset("train", [("workers", 1, 2)], exclusive="rack")]
+    cluster = view(racks({"a": 2, "b": 4}), pods=[other, leader], templates=[*TEMPLATES, FOUR], jobsets=specs)
+    passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, leader, sorted(cluster.nodes), SOON_AFTER)
+    assert passing and {_rack(name) for name in passing} == {"b"}, failed
+
+
+def test_a_placed_jobs_leader_does_not_pin_the_other_job_by_its_own_affinity() -> None:
+    """Job 0 has no pod yet: Job 1's leader stands in for its demand, not for its Job-keyed terms."""
+    spec = jobset("train", [("workers", 2, 2)], exclusive="rack")
+    leader1 = exclusive_leader("train", "workers", 1, template="eight", node="b-0")
+    follower1 = jobset_pod("train", "workers", 1, 1, template="eight", exclusive="rack", node_selector={"rack": "b"})
+    nodes = racks({"a": 2, "b": 2})
+    usage = {name: Usage(devices=set(node.devices)) if name == "b-0" else Usage() for name, node in nodes.items()}
+    cluster = view(nodes, usage=usage, pods=[leader1, follower1], templates=TEMPLATES, jobsets=[spec])
+    passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, follower1, sorted(nodes), SOON_AFTER)
+    assert passing == ["b-1"], failed
 
 
 def test_the_configured_levels_widen_a_preferred_rack() -> None:
