@@ -4,38 +4,38 @@ loopback. Pure: paths, ports and feature gates in, argument lists out."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nativedra.cluster.binaries import minor_of
 from nativedra.cluster.pki import Pki
 
-# Beta/alpha DRA gates that exist in 1.36; GA gates are accepted as =true while they still exist.
-DRA_FEATURE_GATES_136 = (
-    "DynamicResourceAllocation",
-    "DRAAdminAccess",
-    "DRAPrioritizedList",
-    "DRAConsumableCapacity",
-    "DRADeviceBindingConditions",
-    "DRADeviceTaints",
-    "DRADeviceTaintRules",
-    "DRAExtendedResource",
-    "DRAPartitionableDevices",
-    "DRAResourceClaimDeviceStatus",
-    "DRASchedulerFilterTimeout",
-)
 PORT_NAMES = ("etcd", "etcd_peer", "apiserver", "scheduler", "kcm")
 
 
-class UnsupportedVersionError(ValueError):
-    """The harness does not support this Kubernetes version."""
+@dataclass(frozen=True)
+class Features:
+    """Feature gates and API groups beyond a release's defaults. Users run defaults, so the local
+    cluster does too; a test that needs more says which gate and why, e.g. native gang scheduling:
+    `Features({"GenericWorkload": True}, ("scheduling.k8s.io/v1beta1",), "native gang scheduling")`."""
+
+    gates: Mapping[str, bool] = field(default_factory=dict)
+    runtime_config: tuple[str, ...] = ()
+    why: str = ""
+
+    def flags(self) -> list[str]:
+        """`--feature-gates` / `--runtime-config`, only when something differs from the defaults."""
+        flags = []
+        if self.gates:
+            flags.append("--feature-gates=" + ",".join(f"{g}={str(v).lower()}" for g, v in sorted(self.gates.items())))
+        return flags
+
+    def apiserver_flags(self) -> list[str]:
+        extra = [f"--runtime-config={','.join(f'{group}=true' for group in self.runtime_config)}"]
+        return self.flags() + (extra if self.runtime_config else [])
 
 
-def feature_gates(version: str) -> str:
-    if minor_of(version) < 36:
-        raise UnsupportedVersionError(f"Kubernetes {version} is older than the 1.36 this harness supports")
-    return ",".join(f"{gate}=true" for gate in DRA_FEATURE_GATES_136)
+DEFAULTS = Features()
 
 
 def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,12 +51,12 @@ def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, A
 
 @dataclass(frozen=True)
 class Layout:
-    """Where one control plane's files live and which ports it uses; gates computed once."""
+    """Where one control plane's files live, which ports it uses and what it runs beyond defaults."""
 
     state_dir: Path
     ports: Mapping[str, int]
     certs: Pki
-    gates: str
+    features: Features = DEFAULTS
 
     def kubeconfig(self, component: str) -> Path:
         return self.state_dir / f"{component}.kubeconfig"
@@ -103,10 +103,7 @@ def apiserver_args(layout: Layout, token_file: Path) -> list[str]:
         "--service-cluster-ip-range=10.0.0.0/24",
         "--authorization-mode=Node,RBAC",
         "--allow-privileged=true",
-        # DRADeviceTaintRules makes the scheduler watch v1beta2 DeviceTaintRules; 1.36 does not
-        # serve v1beta2 by default, and without it the scheduler never reports healthy.
-        "--runtime-config=resource.k8s.io/v1=true,resource.k8s.io/v1beta2=true",
-        f"--feature-gates={layout.gates}",
+        *layout.features.apiserver_flags(),
     ]
 
 
@@ -131,7 +128,7 @@ def scheduler_args(layout: Layout, config_path: Path) -> list[str]:
         f"--secure-port={layout.ports['scheduler']}",
         f"--tls-cert-file={layout.certs.serving_cert}",
         f"--tls-private-key-file={layout.certs.serving_key}",
-        f"--feature-gates={layout.gates}",
+        *layout.features.flags(),
     ]
 
 
@@ -153,5 +150,5 @@ def controller_manager_args(layout: Layout) -> list[str]:
         f"--cluster-signing-key-file={certs.ca_key}",
         # No kubelet runs: the node-lifecycle controller would taint every fake node.
         "--controllers=*,-node-lifecycle-controller",
-        f"--feature-gates={layout.gates}",
+        *layout.features.flags(),
     ]

@@ -75,6 +75,7 @@ class ControlPlane:
     binaries: Binaries
     scheduler_config_extra: Mapping[str, Any] = field(default_factory=dict)
     tie_to_parent: bool = True
+    features: components.Features = components.DEFAULTS
     _layout: components.Layout | None = None
     _credentials: Credentials = field(default_factory=Credentials)
     _supervisor: Supervisor | None = None
@@ -105,7 +106,7 @@ class ControlPlane:
             state_dir=self.state_dir,
             ports={name: free_port() for name in components.PORT_NAMES},
             certs=pki.create(self.state_dir / "pki"),
-            gates=components.feature_gates(self.binaries.version),
+            features=self.features,
         )
         ca = self.layout.certs.ca_cert
         token_file = self._credentials.write_token_file(self.state_dir / "pki" / "tokens.csv")
