@@ -36,14 +36,19 @@ class Binaries:
     kube_controller_manager: Path
 
 
-def pinned_version() -> str:
-    version = os.environ.get("NATIVEDRA_K8S_VERSION", DEFAULT_K8S_VERSION)
+def checked_version(version: str) -> str:
+    """`version` if it is a release nativedra supports, else a BinaryError that says why."""
     match = _VERSION_RE.match(version)
     if not match:
-        raise BinaryError(f"NATIVEDRA_K8S_VERSION={version!r}: expected a release like v1.36.2")
+        raise BinaryError(f"Kubernetes version {version!r}: expected a release like {DEFAULT_K8S_VERSION}")
     if int(match.group(1)) < MINIMUM_MINOR:
-        raise BinaryError(f"NATIVEDRA_K8S_VERSION={version!r}: nativedra needs Kubernetes 1.{MINIMUM_MINOR} or newer")
+        raise BinaryError(f"Kubernetes version {version!r}: nativedra needs Kubernetes 1.{MINIMUM_MINOR} or newer")
     return version
+
+
+def pinned_version() -> str:
+    """The version tests and the demo run: NATIVEDRA_K8S_VERSION, else the default."""
+    return checked_version(os.environ.get("NATIVEDRA_K8S_VERSION", DEFAULT_K8S_VERSION))
 
 
 def minor_of(version: str) -> int:

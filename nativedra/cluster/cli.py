@@ -41,10 +41,10 @@ def load_scheduler_extra(path: Path | None) -> dict[str, Any]:
     return data
 
 
-def start_detached(state_dir: Path, scheduler_extra: dict[str, Any]) -> ControlPlane:
+def start_detached(state_dir: Path, scheduler_extra: dict[str, Any], version: str | None = None) -> ControlPlane:
     plane = ControlPlane(
         state_dir=state_dir.resolve(),
-        binaries=binaries.resolve(),
+        binaries=binaries.resolve(version),
         scheduler_config_extra=scheduler_extra,
         tie_to_parent=False,
     )
@@ -65,7 +65,8 @@ def _addons(text: str | None) -> list[Addon]:
 def _up(args: argparse.Namespace) -> int:
     try:
         addons = _addons(args.with_controllers)
-        plane = start_detached(Path(args.state_dir), load_scheduler_extra(args.scheduler_config_extra))
+        extra = load_scheduler_extra(args.scheduler_config_extra)
+        plane = start_detached(Path(args.state_dir), extra, binaries.checked_version(args.k8s_version))
         if addons:
             api = config.new_client_from_config(config_file=str(plane.kubeconfig))
             for addon in addons:
@@ -80,7 +81,7 @@ def _up(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
-        found = binaries.resolve()
+        found = binaries.resolve(binaries.checked_version(args.k8s_version))
         controllers = [build_addon(addon) for addon in _addons(args.with_controllers)]
     except (ControlPlaneError, binaries.BinaryError) as error:
         print(f"nativedra cluster build: {error}", file=sys.stderr)
@@ -126,6 +127,12 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     build = actions.add_parser("build", help="build (or find) the binaries without starting anything")
     build.set_defaults(handler=_build)
     for parser in (up, build):
+        add_flag(
+            parser,
+            "--k8s-version",
+            default=binaries.DEFAULT_K8S_VERSION,
+            help=f"Kubernetes release to build and run (1.{binaries.MINIMUM_MINOR}+), with its default feature gates",
+        )
         add_flag(
             parser,
             "--with",
