@@ -5,6 +5,13 @@ during a rolling update never lose each other's records. A corrupted file (check
 that are not JSON, JSON of another shape) is moved aside with a clear error and the plugin continues
 with an empty record, which the start-up repair refills from the CDI specs and the API.
 Records are kept parsed between calls and the file is re-read only when another writer changed it.
+
+Group commit: one durable write costs two fsyncs (file and directory), milliseconds on a real disk,
+so writing once per change would serialise every claim of the node behind the disk. Changes are
+queued instead; one writer thread applies all queued changes and makes one durable write for the
+batch, and every caller is answered only once the write holding its change is durable. Reads do not
+wait for a write in flight: the file is only ever replaced by rename, so the last durable state,
+kept in memory, is a consistent answer.
 """
 
 from __future__ import annotations
@@ -14,8 +21,11 @@ import fcntl
 import hashlib
 import json
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -25,6 +35,10 @@ from fsutil.atomic import atomic_write
 
 log = logging.getLogger(__name__)
 VERSION = 2
+MAX_PENDING = 1024  # changes queued for the next batch; beyond it, callers wait (back-pressure)
+# The writer thread waits this long for more changes before it exits: starting a thread per change
+# costs about a millisecond on a busy node, and an idle checkpoint should hold no thread.
+WRITER_IDLE_S = 2.0
 T = TypeVar("T")
 
 
@@ -33,8 +47,11 @@ class ClaimState(StrEnum):
     PREPARE_COMPLETED = "PrepareCompleted"
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClaimRecord:
+    """Immutable, so that a batch can try each change on a shallow copy of the records and the
+    cached records can be shared with readers; change one with `dataclasses.replace`."""
+
     uid: str
     namespace: str
     name: str
@@ -65,6 +82,9 @@ class ClaimRecord:
         return cls(str(uid), str(namespace), str(name), ClaimState(str(state)), devices, spec)
 
 
+Change = Callable[[dict[str, ClaimRecord]], T]  # modifies the records in place; its result goes to the caller
+
+
 def _mapping(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{what} is a JSON {type(value).__name__}, not an object")
@@ -86,13 +106,29 @@ def _checksum(body: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class _Cached:
+    """The records as of one version of the file (None: no file); never modified once cached, so
+    readers share it without a lock."""
+
+    identity: tuple[int, int, int] | None
+    records: dict[str, ClaimRecord]
+
+
 class Checkpoint:
-    def __init__(self, path: Path, node_boot_id: str) -> None:
+    """The records file. `update` and `submit` queue a change for the group commit; `read` answers
+    from memory unless another process replaced the file."""
+
+    def __init__(self, path: Path, node_boot_id: str, max_pending: int = MAX_PENDING) -> None:
         self.path = path
         self.lock_path = path.with_name(path.name + ".lock")
         self.boot_id = node_boot_id
         self.last_error: str | None = None
-        self._cache: tuple[tuple[int, int, int], dict[str, ClaimRecord]] | None = None
+        self.max_pending = max_pending
+        self._cache: _Cached | None = None
+        self._queue: deque[tuple[Change[Any], Future[Any]]] = deque()
+        self._queue_changed = threading.Condition()
+        self._writer_running = False
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -112,13 +148,14 @@ class Checkpoint:
         return (info.st_ino, info.st_size, info.st_mtime_ns)
 
     def _read(self) -> dict[str, ClaimRecord]:
-        """The current records; re-parsed only if the file changed since we last saw it."""
+        """The current records (call with the flock held); re-parsed only if the file changed
+        since we last saw it."""
         identity = self._identity()
-        if identity is None:
-            return {}
-        if self._cache is None or self._cache[0] != identity:
-            self._cache = (identity, self._parse())
-        return dict(self._cache[1])
+        cache = self._cache
+        if cache is None or cache.identity != identity:
+            records = {} if identity is None else self._parse()
+            cache = self._cache = _Cached(self._identity(), records)  # parsing may move the file aside
+        return dict(cache.records)
 
     def _parse(self) -> dict[str, ClaimRecord]:
         """Any failure to read the file as our document is corruption (bytes that are not UTF-8,
@@ -142,23 +179,74 @@ class Checkpoint:
     def _write(self, records: dict[str, ClaimRecord]) -> None:
         body = _canonical({"bootId": self.boot_id, "claims": {uid: r.to_json() for uid, r in records.items()}})
         text = f'{{"version":{VERSION},"checksum":"{_checksum(body)}","payload":{body}}}'
-        self._cache = None  # if writing fails, the next read goes back to the file
+        # The cache stays valid while writing: readers keep the last durable state, and a failed
+        # write leaves the old file (whose identity the cache holds) in place.
         atomic_write(self.path, text.encode(), 0o600)
-        identity = self._identity()
-        self._cache = (identity, dict(records)) if identity else None
+        self._cache = _Cached(self._identity(), records)
 
     def read(self) -> dict[str, ClaimRecord]:
+        """The last durable records. Without the flock while the file is the one we last wrote or
+        read (the rename that replaces it changes its identity); under it when someone else
+        replaced it, since a corrupt file is moved aside and that must not race a writer."""
+        cache = self._cache
+        if cache is not None and cache.identity == self._identity():
+            return dict(cache.records)
         with self._locked():
             return self._read()
 
-    def update(self, change: Callable[[dict[str, ClaimRecord]], T]) -> T:
-        """Apply `change` to the current records and persist them, atomically and exclusively."""
-        with self._locked():
-            records = self._read()
-            try:
-                result = change(records)
-            except BaseException:
-                self._cache = None  # `change` may have modified cached records before failing
-                raise
-            self._write(records)
-            return result
+    def update(self, change: Change[T]) -> T:
+        """Apply `change` to the current records and persist them, atomically and exclusively;
+        returns once the change is durable."""
+        return self.submit(change).result()
+
+    def submit(self, change: Change[T]) -> Future[T]:
+        """Queue `change` for the next batch; the future resolves to its result once the batch is
+        durable, or to the error that kept it from being written. Waits while `max_pending`
+        changes are queued already."""
+        future: Future[T] = Future()
+        with self._queue_changed:
+            self._queue_changed.wait_for(lambda: len(self._queue) < self.max_pending)
+            self._queue.append((change, future))
+            self._queue_changed.notify_all()  # wakes an idle writer
+            if not self._writer_running:
+                self._writer_running = True
+                threading.Thread(target=self._write_batches, name="checkpoint-writer", daemon=True).start()
+        return future
+
+    def _write_batches(self) -> None:
+        while True:
+            with self._queue_changed:
+                if not self._queue_changed.wait_for(lambda: self._queue, timeout=WRITER_IDLE_S):
+                    self._writer_running = False
+                    return
+                batch = list(self._queue)
+                self._queue.clear()
+                self._queue_changed.notify_all()
+            self._commit(batch)
+
+    def _commit(self, batch: list[tuple[Change[Any], Future[Any]]]) -> None:
+        """Apply each change on its own copy of the records, so one that fails leaves no trace and
+        fails only its caller; then one durable write for all, whose failure fails them all."""
+        outcomes: list[tuple[Future[Any], Any, Exception | None]] = []
+        try:
+            with self._locked():
+                records = self._read()
+                for change, future in batch:
+                    trial = dict(records)
+                    try:
+                        outcomes.append((future, change(trial), None))
+                    except Exception as error:  # noqa: BLE001 - it goes to the caller that queued it
+                        outcomes.append((future, None, error))
+                    else:
+                        records = trial
+                if any(error is None for _, _, error in outcomes):
+                    self._write(records)
+        except Exception as error:  # noqa: BLE001 - reading or writing failed: it goes to every caller
+            for _, future in batch:
+                future.set_exception(error)
+            return
+        for future, result, failure in outcomes:
+            if failure is None:
+                future.set_result(result)
+            else:
+                future.set_exception(failure)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -58,12 +58,42 @@ def unique_claims(claims: Iterable[Any]) -> list[ClaimRef]:
     return list(unique.values())
 
 
+R = TypeVar("R")
+CLAIM_WORKERS = 8  # claims of one kubelet call prepared side by side, over all calls at once
+
+
+class ClaimPool:
+    """Runs the claims of one kubelet call side by side (a pod with several claims waits for the
+    slowest, not the sum), at most `workers` at once over all calls. Submitting waits while
+    `workers` claims are queued, so the executor's queue stays bounded. A call with one claim runs
+    on the gRPC thread that received it."""
+
+    def __init__(self, workers: int = CLAIM_WORKERS) -> None:
+        self._executor = futures.ThreadPoolExecutor(workers, thread_name_prefix="claim")
+        self._slots = threading.BoundedSemaphore(2 * workers)  # running + queued
+
+    def map(self, action: Callable[[ClaimRef], R], refs: list[ClaimRef]) -> list[R]:
+        if len(refs) == 1:
+            return [action(refs[0])]
+        submitted = []
+        for ref in refs:
+            self._slots.acquire()
+            future = self._executor.submit(action, ref)
+            future.add_done_callback(lambda _: self._slots.release())
+            submitted.append(future)
+        return [future.result() for future in submitted]
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
 class DraServicer:
     """One implementation for both API versions; `messages` is the version's generated module."""
 
-    def __init__(self, preparer: ClaimPreparer, messages: ModuleType) -> None:
+    def __init__(self, preparer: ClaimPreparer, messages: ModuleType, pool: ClaimPool) -> None:
         self.preparer = preparer
         self.messages = messages
+        self.pool = pool
         self.with_share_id = messages is dra_v1
 
     def _device(self, prepared: PreparedDevice) -> Any:
@@ -77,30 +107,42 @@ class DraServicer:
             device.share_id = prepared.share_id
         return device
 
+    @staticmethod
+    def _outcome(operation: str, action: Callable[[ClaimRef], R]) -> Callable[[ClaimRef], R | str]:
+        """`action` whose failure becomes the error text of its claim's entry: one claim's failure
+        (or bug) must not fail the others."""
+
+        def run(ref: ClaimRef) -> R | str:
+            try:
+                return action(ref)
+            except PrepareError as error:
+                return str(error)
+            except Exception as error:
+                log.exception("%s %s", operation, ref)
+                return f"claim {ref}: internal error: {error}"
+
+        return run
+
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         response = self.messages.NodePrepareResourcesResponse()
-        for ref in unique_claims(request.claims):  # every claim gets an entry; a failure stays with its claim
+        refs = unique_claims(request.claims)  # every claim gets an entry
+        outcomes = self.pool.map(self._outcome("prepare", self.preparer.prepare), refs)
+        for ref, outcome in zip(refs, outcomes, strict=True):
             entry = response.claims[ref.uid]
-            try:
-                entry.devices.extend(self._device(d) for d in self.preparer.prepare(ref))
-            except PrepareError as error:
-                entry.error = str(error)
-            except Exception as error:  # one claim's bug must not fail the others
-                log.exception("prepare %s", ref)
-                entry.error = f"claim {ref}: internal error: {error}"
+            if isinstance(outcome, str):
+                entry.error = outcome
+            else:
+                entry.devices.extend(self._device(d) for d in outcome)
         return response
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
         response = self.messages.NodeUnprepareResourcesResponse()
-        for ref in unique_claims(request.claims):
+        refs = unique_claims(request.claims)
+        outcomes = self.pool.map(self._outcome("unprepare", self.preparer.unprepare), refs)
+        for ref, outcome in zip(refs, outcomes, strict=True):
             entry = response.claims[ref.uid]
-            try:
-                self.preparer.unprepare(ref)
-            except PrepareError as error:
-                entry.error = str(error)
-            except Exception as error:
-                log.exception("unprepare %s", ref)
-                entry.error = f"claim {ref}: internal error: {error}"
+            if isinstance(outcome, str):
+                entry.error = outcome
         return response
 
 
@@ -135,9 +177,9 @@ class HealthServicer(health_grpc.DRAResourceHealthServicer):  # type: ignore[mis
             yield self._message(self.snapshot())
 
 
-def _add_dra_services(server: grpc.Server, preparer: ClaimPreparer) -> None:
-    dra_v1_grpc.add_DRAPluginServicer_to_server(DraServicer(preparer, dra_v1), server)
-    dra_v1beta1_grpc.add_DRAPluginServicer_to_server(DraServicer(preparer, dra_v1beta1), server)
+def _add_dra_services(server: grpc.Server, preparer: ClaimPreparer, pool: ClaimPool) -> None:
+    dra_v1_grpc.add_DRAPluginServicer_to_server(DraServicer(preparer, dra_v1, pool), server)
+    dra_v1beta1_grpc.add_DRAPluginServicer_to_server(DraServicer(preparer, dra_v1beta1, pool), server)
 
 
 def _listen(server: grpc.Server, path: Path) -> None:
@@ -162,7 +204,8 @@ class KubeletServers:
         self.dra_path = dra_path
         self.registration = RegistrationServicer(dra_path)
         self.dra_server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
-        _add_dra_services(self.dra_server, preparer)
+        self.claim_pool = ClaimPool()
+        _add_dra_services(self.dra_server, preparer, self.claim_pool)
         health_grpc.add_DRAResourceHealthServicer_to_server(health, self.dra_server)
         self.registration_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         registration_grpc.add_RegistrationServicer_to_server(self.registration, self.registration_server)
@@ -182,5 +225,6 @@ class KubeletServers:
         with contextlib.suppress(FileNotFoundError):
             self.registration_path.unlink()
         self.dra_server.stop(grace=5).wait()
+        self.claim_pool.shutdown()
         with contextlib.suppress(FileNotFoundError):
             self.dra_path.unlink()

@@ -12,6 +12,7 @@ claims run in parallel.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import signal
@@ -291,20 +292,27 @@ class ClaimPreparer:
 
     def _commit(self, ref: ClaimRef, answer: list[PreparedDevice], text: str) -> None:
         """Record PrepareStarted, write the spec, record PrepareCompleted: a crash between any
-        two steps leaves a state that `reconcile` repairs at start."""
+        two steps leaves a state that `reconcile` repairs at start. The fsyncs that the order
+        allows to overlap do: the spec's content with PrepareStarted (it appears only once that is
+        durable), its directory entry with PrepareCompleted (a completed claim whose spec was lost
+        gets it back from the record). The answer goes out only when both are durable."""
         started = ClaimRecord(
             ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, [a.__dict__ for a in answer], text
         )
-        self.checkpoint.update(lambda records: records.__setitem__(ref.uid, started))
-        _crash_point("after-prepare-started")
-        self.specs.write_text(ref.uid, text)
+        recorded = self.checkpoint.submit(lambda records: records.__setitem__(ref.uid, started))
+        with self.specs.staged(ref.uid, text) as publish:
+            recorded.result()
+            _crash_point("after-prepare-started")
+            publish()
         _crash_point("after-spec-written")
 
         def complete(records: dict[str, ClaimRecord]) -> int:
-            records[ref.uid].state = ClaimState.PREPARE_COMPLETED
+            records[ref.uid] = dataclasses.replace(records[ref.uid], state=ClaimState.PREPARE_COMPLETED)
             return _completed(records)
 
-        metrics.PREPARED_CLAIMS.set(self.checkpoint.update(complete))
+        completed = self.checkpoint.submit(complete)
+        self.specs.sync()
+        metrics.PREPARED_CLAIMS.set(completed.result())
         _crash_point("after-prepare-completed")
 
     # -- unprepare -----------------------------------------------------------------------------
@@ -381,6 +389,8 @@ class ClaimPreparer:
         """Repair after a crash or reboot; returns what was done, for logs and tests. A spec without
         a record is deleted only if the API says its claim is not allocated to this node."""
         done: dict[str, list[str]] = {"restored": [], "rolled_back": [], "rebuilt": [], "orphans_removed": []}
+        if stale := self.specs.remove_stale_temporaries():
+            log.info("start-up repair: removed temporary CDI spec files left by a crash: %s", stale)
         unrecorded = self.specs.claim_uids() - set(self.checkpoint.read())
         allocated = self._allocated_here(unrecorded)  # the API is asked outside the checkpoint lock
 

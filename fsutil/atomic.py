@@ -5,26 +5,50 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+TEMP_SUFFIX = ".tmp"
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """After a crash `path` holds either the old or the new content, never a mix."""
-    directory = path.parent
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+
+def temp_prefix(path: Path) -> str:
+    """Temporary files for `path` start with this (a dot: hidden from globs such as `*.yaml`)."""
+    return f".{path.name}."
+
+
+@contextlib.contextmanager
+def staged_write(path: Path, data: bytes, mode: int = 0o600) -> Iterator[Callable[[], None]]:
+    """Make `data` durable under a temporary name next to `path`; the function yielded renames it
+    to `path` (durable once the directory is fsynced). The slow fsync is done before the caller
+    decides to publish, so it can overlap work that must finish before the file appears. A
+    temporary file not published is removed."""
+    fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(path), suffix=TEMP_SUFFIX, dir=path.parent)
     tmp = Path(tmp_name)
+    published = False
+
+    def publish() -> None:
+        nonlocal published
+        tmp.replace(path)
+        published = True
+
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        tmp.replace(path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    fsync_directory(directory)
+        yield publish
+    finally:
+        if not published:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """After a crash `path` holds either the old or the new content, never a mix."""
+    with staged_write(path, data, mode) as publish:
+        publish()
+    fsync_directory(path.parent)
 
 
 def fsync_directory(directory: Path) -> None:

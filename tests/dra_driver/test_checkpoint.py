@@ -1,16 +1,23 @@
-"""The checkpoint detects corruption, keeps the bad file aside, and serialises writers."""
+"""The checkpoint detects corruption, keeps the bad file aside, serialises writers, and writes the
+changes of concurrent callers as one durable batch."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import multiprocessing
+import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dra_driver import checkpoint as checkpoint_module
 from dra_driver.checkpoint import Checkpoint, ClaimRecord, ClaimState
+from fsutil.atomic import atomic_write
 
 
 def record(uid: str, state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimRecord:
@@ -93,3 +100,172 @@ def test_two_processes_updating_at_once_lose_nothing(tmp_path: Path) -> None:
     for writer in writers:
         writer.join(60)
     assert len(Checkpoint(Path(path), "boot-1").read()) == 80
+
+
+def adding(uid: str) -> Callable[[dict[str, ClaimRecord]], None]:
+    """The change that records claim `uid`."""
+
+    def add(records: dict[str, ClaimRecord]) -> None:
+        records[uid] = record(uid)
+
+    return add
+
+
+def _durable_uids(path: Path) -> set[str]:
+    """The claims in the file, after checking it is a whole document with the right checksum."""
+    document = json.loads(path.read_text())
+    body = json.dumps(document["payload"], sort_keys=True, separators=(",", ":"))
+    assert document["checksum"] == hashlib.sha256(body.encode()).hexdigest()
+    return set(document["payload"]["claims"])
+
+
+class Gate:
+    """Replaces the checkpoint's atomic_write: each write waits until the test opens the gate, and
+    fails while `failure` is set. Lets a test queue changes behind a write in flight."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered = threading.Event()  # a write is in flight, holding its batch
+        self.open = threading.Event()
+        self.failure: OSError | None = None
+        self.writes = 0
+        monkeypatch.setattr(checkpoint_module, "atomic_write", self.write)
+
+    def write(self, path: Path, data: bytes, mode: int) -> None:
+        self.entered.set()
+        assert self.open.wait(10), "the test never opened the gate"
+        self.writes += 1
+        if self.failure:
+            raise self.failure
+        atomic_write(path, data, mode)
+
+
+def test_concurrent_updates_are_each_durable_when_they_return_and_every_batch_is_a_whole_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "checkpoint.json"
+    checkpoint = Checkpoint(path, "boot-1")
+    after_each_write: list[set[str]] = []
+
+    def checked_write(target: Path, data: bytes, mode: int) -> None:
+        atomic_write(target, data, mode)
+        after_each_write.append(_durable_uids(target))
+
+    monkeypatch.setattr(checkpoint_module, "atomic_write", checked_write)
+    missing: list[str] = []
+
+    def add(thread: int) -> None:
+        for i in range(10):
+            uid = f"t{thread}-{i}"
+            checkpoint.update(adding(uid))
+            if uid not in _durable_uids(path):
+                missing.append(uid)
+
+    threads = [threading.Thread(target=add, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert missing == [], "an update returned before the write holding it was durable"
+    assert len(_durable_uids(path)) == 80 and len(checkpoint.read()) == 80
+    assert all(earlier <= later for earlier, later in itertools.pairwise(after_each_write)), "nothing lost"
+
+
+def test_concurrent_updates_share_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json", "boot-1")
+    fsyncs = itertools.count()
+    real_fsync = os.fsync
+
+    def counted_fsync(fd: int) -> None:
+        next(fsyncs)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counted_fsync)
+    start = threading.Barrier(8)
+
+    def add(thread: int) -> None:
+        start.wait()
+        for i in range(10):
+            uid = f"t{thread}-{i}"
+            checkpoint.update(adding(uid))
+
+    threads = [threading.Thread(target=add, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(checkpoint.read()) == 80
+    assert next(fsyncs) < 80, "one write (file and directory fsync) per batch, not per update"
+
+
+def test_a_failed_batch_write_fails_every_caller_in_it_and_keeps_the_previous_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "checkpoint.json"
+    checkpoint = Checkpoint(path, "boot-1")
+    checkpoint.update(adding("u0"))
+    before = path.read_bytes()
+    gate = Gate(monkeypatch)
+    in_flight = checkpoint.submit(adding("first"))
+    assert gate.entered.wait(10)
+    queued = [checkpoint.submit(adding(f"q{i}")) for i in range(5)]
+    gate.failure = OSError("disk full")
+    gate.open.set()
+    for future in [in_flight, *queued]:
+        with pytest.raises(OSError, match="disk full"):
+            future.result(10)
+    assert gate.writes == 2, "the queued changes were written as one batch"
+    assert path.read_bytes() == before and checkpoint.read() == {"u0": record("u0")}
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    gate.failure = None
+    checkpoint.update(adding("u1"))
+    assert _durable_uids(path) == {"u0", "u1"}
+
+
+def test_a_failing_change_fails_its_caller_only_and_leaves_no_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json", "boot-1")
+    gate = Gate(monkeypatch)
+    blocker = checkpoint.submit(adding("u0"))
+
+    def half_done(records: dict[str, ClaimRecord]) -> None:
+        records["half"] = record("half")
+        raise KeyError("missing")
+
+    good = checkpoint.submit(adding("u1"))
+    bad = checkpoint.submit(half_done)
+    later = checkpoint.submit(len)
+    gate.open.set()
+    blocker.result(10)
+    good.result(10)
+    with pytest.raises(KeyError, match="missing"):
+        bad.result(10)
+    assert later.result(10) == 2
+    assert set(checkpoint.read()) == {"u0", "u1"} == _durable_uids(tmp_path / "checkpoint.json")
+
+
+def test_a_read_does_not_wait_for_a_write_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json", "boot-1")
+    checkpoint.update(adding("u0"))
+    gate = Gate(monkeypatch)
+    in_flight = checkpoint.submit(adding("u1"))
+    assert checkpoint.read() == {"u0": record("u0")}, "the last durable state, at once"
+    gate.open.set()
+    in_flight.result(10)
+    assert set(checkpoint.read()) == {"u0", "u1"}
+
+
+def test_callers_wait_while_the_queue_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json", "boot-1", max_pending=2)
+    gate = Gate(monkeypatch)
+    futures = [checkpoint.submit(adding("u0"))]
+    assert gate.entered.wait(10)
+    futures += [checkpoint.submit(adding(f"u{i}")) for i in (1, 2)]
+    fourth = threading.Thread(target=checkpoint.update, args=(adding("u3"),))
+    fourth.start()
+    fourth.join(0.3)
+    assert fourth.is_alive(), "a fourth change waits while two are queued behind the write in flight"
+    gate.open.set()
+    fourth.join(10)
+    assert not fourth.is_alive() and all(future.result(10) is None for future in futures)
+    assert set(checkpoint.read()) == {"u0", "u1", "u2", "u3"}

@@ -4,17 +4,20 @@ come from the real slice builder, files go to a temporary CDI directory and chec
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 
+from dra_driver import checkpoint as checkpoint_module
 from dra_driver.checkpoint import ClaimRecord, ClaimState
 from dra_driver.errors import PrepareError
 from dra_driver.prepare import ClaimRef, PreparedDevice, api_claim_reader
@@ -226,3 +229,25 @@ def test_a_failure_after_the_claim_was_read_names_the_pods_it_is_reserved_for(no
         node.preparer().prepare(ref)
     [(failed, error)] = node.failures
     assert failed == ref and error.reason == "not_ours" and error.reserved_for == [pod]
+
+
+def test_no_spec_appears_when_prepare_started_cannot_be_recorded(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    ref = new_claim(node)
+
+    def disk_full(path: Path, data: bytes, mode: int) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint_module, "atomic_write", disk_full)
+    with pytest.raises(OSError, match="disk full"):
+        node.preparer().prepare(ref)
+    assert list(node.specs.directory.iterdir()) == [], "neither the spec nor its temporary file"
+
+
+def test_reconcile_removes_temporary_spec_files_left_by_a_crash_but_not_young_ones(node: Node) -> None:
+    old, young = (node.specs.directory / f".{node.specs.path_for(str(uuid.uuid4())).name}.x.tmp" for _ in range(2))
+    node.specs.directory.mkdir(parents=True)
+    for path in (old, young):
+        path.write_text("half a spec")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    node.preparer().reconcile()
+    assert not old.exists() and young.exists(), "a young one may be another instance's write in flight"
