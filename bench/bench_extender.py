@@ -1,69 +1,61 @@
-"""Extender latency at 500 and 5,000 nodes x 8 GPUs (in-process, the same code the HTTP app runs),
-and real kube-scheduler throughput for a DRA workload with the extender divided by without it.
+"""Extender latency on a busy cluster at 500 and 5,000 nodes x 8 GPUs, through the real HTTP app
+and the real watch-fed state (`bench.busy_cluster`, one fresh process per size), and real
+kube-scheduler throughput for a DRA workload with the extender divided by without it.
 
-Latency baseline (same run): a JSON round trip of the request body the scheduler sends, the
-least work any extender must do per call.
+Latency baseline (same run, same process): a JSON encode and decode of the request body the
+scheduler sends, the least work any extender must do per call. Every figure also goes to
+bench-results/extender.json.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
-from bench.timing import measure, report
+from bench.busy_cluster import Bounds
+from bench.timing import write_results
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from extender.config import RACK_LABEL, ExtenderConfig
-from extender.decide import Decider
-from extender.view import ClusterView
 from nativedra.cluster import ControlPlane, commands, create_fake_node, wait_for
 from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.cluster.waits import http_ok
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
-from tests import builders
 
 THROUGHPUT_NODES = 20
 THROUGHPUT_PODS = 100
+# Calls per figure, and seconds per figure after which a slow one stops at `measure`'s minimum:
+# at 5,000 nodes every call that follows a watch event re-plans all gangs, seconds each, so its
+# figures have a handful of calls; the whole latency part stays near 8 minutes on 2 cores.
+LATENCY_BOUNDS = {500: Bounds(calls=200, budget_s=30.0), 5000: Bounds(calls=50, budget_s=45.0)}
 
 
-def _view(count: int) -> ClusterView:
-    """`count` nodes of 8 GPUs, 16 to a rack, and the templates the measured pods use."""
-    nodes = builders.gpu_nodes({f"n{index:05d}": {RACK_LABEL: f"rack-{index // 16}"} for index in range(count)})
-    templates = [builders.claim_template(name, devices, namespace="b") for name, devices in (("one", 1), ("eight", 8))]
-    return builders.view(nodes, templates=templates)
-
-
-def _pod(name: str, template: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return builders.pod(name, namespace="b", labels=labels, template=template, created=builders.CREATED)
-
-
-def latency(count: int) -> Iterator[str]:
-    view = _view(count)
-    decider = Decider(ExtenderConfig())
-    names = sorted(view.nodes)
-    single = _pod("single", "one")
-    member = _pod("member-0", "eight", builders.gang_labels("train", 16, RACK_LABEL))
-    body = json.dumps({"Pod": single, "NodeNames": names})
-    baseline = measure(lambda: json.loads(json.dumps(json.loads(body))), 20)
-    start = time.perf_counter()
-    decider.filter(view, member, names)
-    warm = time.perf_counter() - start
-    yield f"{count} nodes: first gang filter (selector evaluation and per-node caches) {warm * 1000:.0f} ms"
-    for label, pod in (("filter, 1-GPU pod", single), ("filter, gang member 16x8 GPUs/rack", member)):
-        timing = measure(lambda pod=pod: decider.filter(view, pod, names, now=time.time()), 20)  # type: ignore[misc]
-        yield report(f"{count} nodes: {label}", timing, baseline, "JSON round trip")
-    first = measure(lambda: Decider(ExtenderConfig()).prioritize(view, single, names), 5)
-    yield report(f"{count} nodes: prioritize, first call for a pod shape", first, baseline, "JSON round trip")
-    timing = measure(lambda: decider.prioritize(view, single, names), 20)
-    yield report(f"{count} nodes: prioritize, steady state", timing, baseline, "JSON round trip")
+def latency(count: int, bounds: Bounds) -> Generator[str, None, dict[str, Any]]:
+    """One size's lines as `bench.busy_cluster` measures them, in an interpreter of its own so its
+    RSS is that size's alone; returns its figures."""
+    with tempfile.TemporaryDirectory(prefix="nativedra-bench-") as scratch:
+        figures = Path(scratch) / "figures.json"
+        command = [sys.executable, "-m", "bench.busy_cluster", str(count), "--json", str(figures)]
+        command += ["--calls", str(bounds.calls), "--budget", str(bounds.budget_s)]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+            assert process.stdout is not None  # stdout=PIPE
+            yield from (line.rstrip("\n") for line in process.stdout)
+        if process.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} exited with {process.returncode}")
+        result: dict[str, Any] = json.loads(figures.read_text())
+        return result
 
 
 def _throughput(api: client.ApiClient, namespace: str) -> float:
@@ -82,7 +74,7 @@ def _throughput(api: client.ApiClient, namespace: str) -> float:
     return THROUGHPUT_PODS / (time.perf_counter() - start)
 
 
-def throughput(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
+def throughput(api: client.ApiClient, plane: ControlPlane) -> Generator[str, None, dict[str, Any]]:
     apply_file(api, device_classes())
     inventory = load_profile(resolve_profile("a100-8x"))
     for index in range(THROUGHPUT_NODES):
@@ -109,9 +101,23 @@ def throughput(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
         f"scheduler throughput, {THROUGHPUT_PODS} 1-GPU DRA pods on {THROUGHPUT_NODES} nodes: "
         f"{extended:.1f} pods/s with the extender = {extended / plain:.2f} x without it ({plain:.1f} pods/s)"
     )
+    return {
+        "nodes": THROUGHPUT_NODES,
+        "pods": THROUGHPUT_PODS,
+        "with_extender_pods_per_s": extended,
+        "without_pods_per_s": plain,
+        "ratio": extended / plain,
+    }
 
 
 def run(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
-    for count in (500, 5000):
-        yield from latency(count)
-    yield from throughput(api, plane)
+    document: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python -m bench extender",
+        "cpus": os.cpu_count(),
+        "latency": {},
+    }
+    for count, bounds in LATENCY_BOUNDS.items():
+        document["latency"][str(count)] = yield from latency(count, bounds)
+    document["throughput"] = yield from throughput(api, plane)
+    yield f"figures written to {write_results('extender', document)}"

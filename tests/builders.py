@@ -8,11 +8,13 @@ carry exactly the attributes and counters the real driver publishes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.slices import build_slices
+from extender.config import RACK_LABEL
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape
 from extender.model import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
@@ -200,3 +202,98 @@ def jobset_pod(
     if node_selector:
         member["spec"]["nodeSelector"] = node_selector
     return member
+
+
+@dataclass(frozen=True)
+class BusyCluster:
+    """A busy cluster as the extender's first LIST delivers it (`objects`: watched kind -> items),
+    and the pods a benchmark or test asks about, each already delivered by the pod watch except
+    `plain`, which the watch drops (no claims, no gang)."""
+
+    objects: dict[str, list[dict[str, Any]]]
+    node_names: list[str]
+    plain: dict[str, Any]
+    single: dict[str, Any]  # pending, one GPU through its generated, unallocated claim
+    member: dict[str, Any]  # pending member of the oldest pending gang (16 x 8 GPUs, one rack required)
+    running: list[tuple[dict[str, Any], dict[str, Any]]]  # bound 1-GPU pods and their claims: what churns most
+    namespace: str
+
+
+def claimed_pod(
+    name: str, template: dict[str, Any], namespace: str, *, labels: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A pod claiming through `template` and the claim the controller generated for it (same
+    spec, not allocated); both carry a resourceVersion, as every object from the API does."""
+    claim_name = f"{name}-gpus"
+    member = pod(
+        name,
+        namespace=namespace,
+        labels=labels,
+        template=template["metadata"]["name"],
+        created=CREATED,
+        claim=claim_name,
+    )
+    claim = {"metadata": {"name": claim_name, "namespace": namespace}, "spec": template["spec"]["spec"], "status": {}}
+    for obj in (member, claim):
+        obj["metadata"]["resourceVersion"] = "1"
+    return member, claim
+
+
+def _bound(member: dict[str, Any], claim: dict[str, Any], node: str, devices: list[str]) -> None:
+    """`member` bound to `node` and running, its claim allocated there and reserved for it."""
+    member["spec"]["nodeName"] = node
+    member["status"]["phase"] = "Running"
+    name, namespace = member["metadata"]["name"], member["metadata"]["namespace"]
+    claim["status"] = allocated_claim(claim["metadata"]["name"], node, devices, namespace, reserved_for=name)["status"]
+
+
+def busy_cluster(
+    count: int, *, rack_size: int = 16, pending_gangs: int = 20, pending_gang_size: int = 16, namespace: str = "busy"
+) -> BusyCluster:
+    """`count` nodes of 8 A100s (fractions off), `rack_size` consecutive nodes to a rack
+    (`RACK_LABEL`): 10% of the nodes (rounded down to whole gangs) run bound 8-pod gangs of
+    8 GPUs per pod, one rack each; the next 70% run eight 1-GPU pods each; the rest are free,
+    and `pending_gangs` gangs of `pending_gang_size` pods x 8 GPUs that require one rack wait for
+    them. Every bound pod's claim is allocated and reserved for it, as the scheduler leaves it."""
+    names = [f"n{index:05d}" for index in range(count)]
+    nodes, slices = node_objects({name: {RACK_LABEL: f"rack-{i // rack_size:04d}"} for i, name in enumerate(names)})
+    one, eight = claim_template("one", 1, namespace=namespace), claim_template("eight", 8, namespace=namespace)
+    gpus = [f"gpu-{index}" for index in range(8)]
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    gang_nodes = count // 10 // 8 * 8
+    for index, node in enumerate(names[:gang_nodes]):
+        labels = gang_labels(f"bound-{index // 8}", 8, RACK_LABEL)
+        pairs.append(claimed_pod(f"bound-{index // 8}-{index % 8}", eight, namespace, labels=labels))
+        _bound(*pairs[-1], node, gpus)
+    running = []
+    for node in names[gang_nodes : gang_nodes + round(count * 0.7)]:
+        for gpu in gpus:
+            running.append(claimed_pod(f"{node}-{gpu}", one, namespace))
+            _bound(*running[-1], node, [gpu])
+    pairs.extend(running)
+    for gang in range(pending_gangs):
+        labels = gang_labels(f"pending-{gang:02d}", pending_gang_size, RACK_LABEL)
+        pairs.extend(
+            claimed_pod(f"pending-{gang:02d}-{i:02d}", eight, namespace, labels=labels)
+            for i in range(pending_gang_size)
+        )
+    member = pairs[-pending_gangs * pending_gang_size][0]
+    pairs.append(claimed_pod("single", one, namespace))
+    return BusyCluster(
+        objects={
+            "nodes": nodes,
+            "resourceslices": slices,
+            "pods": [p for p, _ in pairs],
+            "resourceclaims": [c for _, c in pairs],
+            "resourceclaimtemplates": [one, eight],
+            "deviceclasses": [GPU_CLASS],
+            "podgroups": [],
+            "jobsets": [],
+        },
+        node_names=names,
+        plain=pod("plain", namespace=namespace, created=CREATED),
+        single=pairs[-1][0],
+        member=member,
+        running=running,
+        namespace=namespace,
+    )

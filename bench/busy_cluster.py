@@ -1,0 +1,260 @@
+"""Extender latency on a busy cluster, through the real HTTP app, in a process of its own.
+
+`python -m bench.busy_cluster NODES --json PATH` builds `tests.builders.busy_cluster(NODES)`, feeds
+the real `ClusterState` as the informers do (each kind's LIST decoded from JSON and `replace`d,
+then `apply`d watch events), serves `create_app` with uvicorn on 127.0.0.1 in a thread, and asks
+/filter and /prioritize over one kept-alive HTTP/1.1 connection, as kube-scheduler does, with one
+watch event (a running pod's claim or the pod itself, modified) applied before every call. Each
+call's time includes reading and decoding the answer.
+
+Every time is printed as a ratio to the floor measured in the same run: a JSON encode and decode of
+the request body the scheduler sends at this size (the pod and every node name). `bench_extender`
+runs each size in a fresh interpreter, so its RSS is that size's alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import itertools
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from bench.timing import Timing, measure, report
+from extender.app import create_app
+from extender.config import ExtenderConfig
+from extender.decide import Decider
+from extender.state import ClusterState
+from tests import builders
+
+VERBS = ("filter", "prioritize")
+SHAPE_DEVICES = range(2, 8)  # GPUs per pod of the new shapes: none equals a shape asked about before
+BURST = 1000  # watch events applied at once, as after a node drain or a large job ending
+FLOOR = "JSON round trip"
+CALL_TIMEOUT_S = 120.0  # a call re-plans every gang: seconds at 5,000 nodes today
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def _rss_mib() -> float:
+    """This process's resident set, from /proc/self/status."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the benchmark keeps of the cluster once the state holds it: request bodies, and the
+    keys of the objects its watch events modify (the events carry the state's current object)."""
+
+    node_names: list[str]
+    bodies: dict[str, bytes]  # pod shape -> the request body the scheduler sends for it
+    churn: list[tuple[str, tuple[str, str]]]  # (kind, key), claim then pod, running pod by running pod
+    floor_request: dict[str, Any]
+    namespace: str
+
+
+def listed(count: int) -> tuple[ClusterState, Workload]:
+    """The state after the first LIST of every kind: built, encoded as the API answers, decoded as
+    the informer decodes it. The builder's own objects are dropped on return, so the RSS figure
+    counts the state's objects once."""
+    cluster = builders.busy_cluster(count)
+    state = ClusterState(builders.DRIVER)
+    for kind, items in cluster.objects.items():
+        state.replace(kind, json.loads(json.dumps(items)))
+    shapes = {"plain": cluster.plain, "single": cluster.single, "member": cluster.member}
+    workload = Workload(
+        node_names=cluster.node_names,
+        bodies={shape: _body(pod, cluster.node_names) for shape, pod in shapes.items()},
+        churn=[
+            (kind, _key(obj))
+            for pod, claim in cluster.running
+            for kind, obj in (("resourceclaims", claim), ("pods", pod))
+        ],
+        floor_request={"Pod": cluster.single, "NodeNames": cluster.node_names},
+        namespace=cluster.namespace,
+    )
+    return state, workload
+
+
+def _body(pod: dict[str, Any], names: list[str]) -> bytes:
+    return json.dumps({"Pod": pod, "NodeNames": names}).encode()
+
+
+class Changes:
+    """An endless watch stream of a busy cluster: running pods' claims and pods, in turn, each
+    MODIFIED with a new resourceVersion (as status updates arrive), applied as the informer does."""
+
+    def __init__(self, state: ClusterState, churn: list[tuple[str, tuple[str, str]]]) -> None:
+        self.state = state
+        self._next = itertools.cycle(churn)
+        self._version = itertools.count(2)
+
+    def apply(self, count: int = 1) -> None:
+        for _ in range(count):
+            kind, key = next(self._next)
+            current = self.state.objects[kind][key]
+            metadata = {**current["metadata"], "resourceVersion": str(next(self._version))}
+            self.state.apply("MODIFIED", kind, {**current, "metadata": metadata})
+
+
+class Client:
+    """The scheduler's side: POSTs on one kept-alive HTTP/1.1 connection with TCP_NODELAY, as Go's
+    net/http sets it. An answer that is not a 200, or a filter answer with an Error, stops the
+    benchmark: it would time the wrong path."""
+
+    def __init__(self, port: int) -> None:
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=CALL_TIMEOUT_S)
+        self.connection.connect()
+        self.connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def call(self, verb: str, body: bytes) -> Any:
+        self.connection.request("POST", f"/{verb}", body, {"Content-Type": "application/json"})
+        response = self.connection.getresponse()
+        answer = json.loads(response.read())
+        if response.status != 200 or (verb == "filter" and answer.get("Error")):
+            raise RuntimeError(f"/{verb} answered {response.status}: {str(answer)[:300]}")
+        return answer
+
+
+@contextlib.contextmanager
+def serving(app: FastAPI) -> Iterator[int]:
+    """`app` under uvicorn (the extender's server, settings as `nativedra extender` sets them) on a
+    loopback port of its own; yields the port."""
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say so, as uvicorn's own
+    # listener (from getaddrinfo) does; without it each answer waits 40 ms for a delayed ACK.
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        listener.close()
+
+
+class NewShapes:
+    """Pods asking for a number of GPUs no pod asked for before, each delivered by the watches as
+    the API creates it (template, claim, pod) and filtered, as the scheduler filters before it
+    prioritizes; what is timed is the prioritize that follows."""
+
+    def __init__(self, state: ClusterState, client: Client, workload: Workload) -> None:
+        self.state, self.client, self.workload = state, client, workload
+        self._devices = iter(SHAPE_DEVICES)
+        self._body = b""
+
+    def deliver(self) -> None:
+        devices = next(self._devices)
+        template = builders.claim_template(f"gpus-{devices}", devices, namespace=self.workload.namespace)
+        pod, claim = builders.claimed_pod(f"shape-{devices}", template, self.workload.namespace)
+        for kind, obj in (("resourceclaimtemplates", template), ("resourceclaims", claim), ("pods", pod)):
+            self.state.apply("ADDED", kind, obj)
+        self._body = _body(pod, self.workload.node_names)
+        self.client.call("filter", self._body)
+
+    def prioritize(self) -> None:
+        self.client.call("prioritize", self._body)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How much one figure may cost: at most `calls` calls, and once `budget_s` is spent no more
+    than `measure`'s minimum (a call that re-plans every gang takes seconds at 5,000 nodes)."""
+
+    calls: int
+    budget_s: float
+
+
+class Figures:
+    """The figures of one size, each printed as a line and kept for the results file."""
+
+    def __init__(self, count: int, floor: Timing) -> None:
+        self.count, self.floor = count, floor
+        self.document: dict[str, Any] = {"nodes": count, "floor": floor.figures(floor)}
+
+    def add(self, key: str, label: str, timing: Timing) -> str:
+        self.document[key] = timing.figures(self.floor)
+        calls = len(timing.samples_s)
+        extra = f"{calls} call{'s' if calls > 1 else ''}"
+        return report(f"{self.count} nodes: {label}", timing, self.floor, FLOOR, extra)
+
+
+def run(count: int, bounds: Bounds, say: Callable[[str], object] = print) -> dict[str, Any]:
+    """The figures of one size, each line handed to `say` as it is measured. Order matters: cold
+    calls first, the burst last."""
+    bare_mib = _rss_mib()
+    state, workload = listed(count)
+    floor = measure(lambda: json.loads(json.dumps(workload.floor_request)), bounds.calls)
+    figures = Figures(count, floor)
+    say(figures.add("floor", f"{FLOOR} of the {count}-node request body (the floor)", floor))
+    with serving(create_app(state, Decider(ExtenderConfig()))) as port:
+        client = Client(port)
+        for verb in VERBS:
+            first = measure(partial(client.call, verb, workload.bodies["single"]), 1)
+            say(figures.add(f"first_{verb}", f"{verb}, 1-GPU pod, first call after the LIST", first))
+        changes = Changes(state, workload.churn)
+        labels = {"plain": "pod without claims", "single": "1-GPU pod", "member": "gang member 16x8 GPUs/rack"}
+        for shape, label in labels.items():
+            for verb in VERBS:
+                timing = measure(
+                    partial(client.call, verb, workload.bodies[shape]),
+                    bounds.calls,
+                    before=changes.apply,
+                    budget_s=bounds.budget_s,
+                )
+                say(figures.add(f"{verb}_{shape}", f"{verb}, {label}, 1 watch event before each", timing))
+        shapes = NewShapes(state, client, workload)
+        new = measure(shapes.prioritize, len(SHAPE_DEVICES), before=shapes.deliver, budget_s=bounds.budget_s)
+        say(figures.add("prioritize_new_shape", "prioritize, first call for a new pod shape", new))
+        burst = measure(lambda: changes.apply(BURST), 1)
+        say(figures.add("burst", f"apply a burst of {BURST} watch events", burst))
+        after = measure(lambda: client.call("filter", workload.bodies["single"]), 1)
+        say(figures.add("filter_after_burst", f"filter, 1-GPU pod, first call after the {BURST} events", after))
+    rss_mib = _rss_mib()
+    figures.document["rss"] = {"mib": rss_mib, "before_list_mib": bare_mib}
+    say(
+        f"{count} nodes: extender process RSS {rss_mib:.0f} MiB = {rss_mib / bare_mib:.2f} x "
+        f"the same process before the LIST ({bare_mib:.0f} MiB: interpreter, extender and uvicorn loaded)"
+    )
+    figures.document["objects"] = {kind: len(items) for kind, items in state.objects.items()}
+    return figures.document
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.busy_cluster", description=__doc__.split("\n\n")[0])
+    parser.add_argument("nodes", type=int, help="nodes of 8 GPUs, 16 to a rack")
+    parser.add_argument("--calls", type=int, default=200, help="calls per figure at most")
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds per figure before it stops early")
+    parser.add_argument("--json", type=Path, required=True, help="where to write the figures")
+    args = parser.parse_args(argv)
+    document = run(args.nodes, Bounds(args.calls, args.budget), lambda line: print(line, flush=True))
+    args.json.write_text(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
