@@ -3,7 +3,7 @@
 200 claims, each allocated one fraction of a 64-GPU simulated node (the allocation is written
 directly, as an admin, so the benchmark measures prepare and not scheduling). Baselines from the
 same run: one GET of a claim (the API read every prepare must make) for latency, and sequential
-calls for the 8-caller throughput.
+calls (one caller) for the 8-caller throughput. The figures also go to bench-results/prepare.json.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from bench.timing import Timing, measure, report
+from bench.timing import Timing, measure, report, write_results
 from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import resolve_profile
 from dra_driver.kubelet_paths import dra_socket, registration_socket
@@ -46,6 +46,14 @@ def _profile(path: Path) -> Path:
     ]
     path.write_text(yaml.safe_dump(document))
     return path
+
+
+def _fractions(api: client.ApiClient) -> list[str] | None:
+    """The first CLAIMS fraction devices, once the node's slices publish that many (they appear
+    one slice at a time: a count taken too early makes every per-claim figure wrong)."""
+    devices = published_devices(api, NODE)
+    fractions = sorted(name for name, d in devices.items() if DeviceView.from_api(d).kind is DeviceKind.FRACTION)
+    return fractions[:CLAIMS] if len(fractions) >= CLAIMS else None
 
 
 def _claims(api: client.ApiClient, namespace: str, devices: list[str]) -> list[tuple[str, str, str]]:
@@ -77,6 +85,15 @@ def _timed_prepare(socket: Path, key: tuple[str, str, str]) -> float:
     return elapsed
 
 
+def _prepare_all(socket: Path, keys: list[tuple[str, str, str]], callers: int) -> tuple[Timing, float]:
+    """Every claim prepared once, one per call, by `callers` callers at once; per-call latencies
+    and the wall time of the whole (the throughput)."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(callers) as pool:
+        timing = Timing(tuple(pool.map(lambda key: _timed_prepare(socket, key), keys)))
+    return timing, time.perf_counter() - start
+
+
 def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
     root = Path(tempfile.mkdtemp(prefix="nd-bench-", dir="/tmp"))
     create_fake_node(api, NODE)
@@ -92,27 +109,37 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
     try:
         registration = registration_socket(dirs.registry)
         wait_for(lambda: plugin_info(registration), 60, "the plugin to serve")
-        devices = wait_for(lambda: published_devices(api, NODE), 60, "published devices")
-        fractions = sorted(name for name, d in devices.items() if DeviceView.from_api(d).kind is DeviceKind.FRACTION)
-        keys = _claims(api, "bench-prepare", fractions[:CLAIMS])
+        fractions = wait_for(lambda: _fractions(api), 60, f"{CLAIMS} published fractions")
+        keys = _claims(api, "bench-prepare", fractions)
         socket = dra_socket(dirs.plugins)
         get = measure(lambda: RESOURCE_CLAIMS.get(api, keys[0][2], "bench-prepare"), CLAIMS)
-        sequential = Timing(tuple(_timed_prepare(socket, key) for key in keys))
+        sequential, sequential_wall = _prepare_all(socket, keys, 1)
         yield report(f"NodePrepareResources, {CLAIMS} claims, 1 caller", sequential, get, "one claim GET")
         unprepare(socket, "v1", keys)
-        start = time.perf_counter()
-        with ThreadPoolExecutor(CALLERS) as pool:
-            concurrent = Timing(tuple(pool.map(lambda key: _timed_prepare(socket, key), keys)))
-        wall = time.perf_counter() - start
-        sequential_rate = CLAIMS / sum(sequential.samples_s)
+        concurrent, concurrent_wall = _prepare_all(socket, keys, CALLERS)
+        sequential_rate, concurrent_rate = CLAIMS / sequential_wall, CLAIMS / concurrent_wall
         yield report(
             f"NodePrepareResources, {CALLERS} callers",
             concurrent,
             get,
             "one claim GET",
-            f"throughput {CLAIMS / wall:.0f} claims/s = {CLAIMS / wall / sequential_rate:.2f} x 1 caller "
+            f"throughput {concurrent_rate:.0f} claims/s = {concurrent_rate / sequential_rate:.2f} x 1 caller "
             f"({sequential_rate:.0f} claims/s)",
         )
+        path = write_results(
+            "prepare",
+            {
+                "claims": CLAIMS,
+                "one_claim_get": get.figures(get),
+                "one_caller": {**sequential.figures(get), "claims_per_s": sequential_rate},
+                f"{CALLERS}_callers": {
+                    **concurrent.figures(get),
+                    "claims_per_s": concurrent_rate,
+                    "throughput_ratio": concurrent_rate / sequential_rate,
+                },
+            },
+        )
+        yield f"figures written to {path}"
         unprepare(socket, "v1", keys)
     finally:
         process.terminate()
