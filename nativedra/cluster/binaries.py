@@ -20,7 +20,7 @@ from nativedra.cluster.gobuild import BinaryError, BuildLock, build_programs, ca
 __all__ = ["Binaries", "BinaryError", "build_kubernetes", "cache_root", "pinned_version", "resolve"]
 log = logging.getLogger(__name__)
 
-DEFAULT_K8S_VERSION = "v1.36.2"
+DEFAULT_K8S_VERSION = "v1.37.2"
 MINIMUM_MINOR = 36
 KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 _VERSION_RE = re.compile(r"^v1\.(\d+)\.(\d+)$")
