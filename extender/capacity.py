@@ -10,18 +10,29 @@ from extender.demand import Demand, Request
 from extender.lru import LruCache
 from extender.model import Node, NodeDevice, Usage, take
 
+FitKey = tuple[str, int, Demand, int]
+
 
 class Matcher:
-    """Devices of a node that match a selector tuple, computed once per node version. The cache is
-    keyed by what pods ask for, so it is bounded (least recently used out): a stream of distinct
-    selectors costs recomputation, never memory."""
+    """Devices of a node that match a selector tuple, computed once per node version; and how many
+    pods of a demand fit on a node (`members_fit`), once per node and usage object. Both caches are
+    keyed by what pods ask for, so both are bounded (least recently used out): a stream of distinct
+    selectors or demands costs recomputation, never memory. `fit_cache_size` is raised by the
+    caller to what one plan of the cluster touches (nodes x gangs), so a re-plan finds every node
+    it did not change; `fit_cache_size` bounds it all the same."""
 
     CACHE_SIZE = 65_536
+    FIT_CACHE_SIZE = 65_536
 
-    def __init__(self, selectors: Selectors, driver: str, cache_size: int = CACHE_SIZE) -> None:
+    def __init__(
+        self, selectors: Selectors, driver: str, cache_size: int = CACHE_SIZE, fit_cache_size: int = FIT_CACHE_SIZE
+    ) -> None:
         self.selectors = selectors
         self.driver = driver
         self._cache: LruCache[tuple[str, tuple[str, ...]], tuple[Node, list[NodeDevice]]] = LruCache(cache_size)
+        # (node name, id of the usage object, demand, limit) -> (node, usage, count, usage after): the
+        # entry keeps the usage object alive, so its id cannot be reused while the entry is there.
+        self.fits: LruCache[FitKey, tuple[Node, Usage, int, Usage]] = LruCache(fit_cache_size)
 
     def matching(self, node: Node, expressions: tuple[str, ...]) -> list[NodeDevice]:
         key = (node.name, expressions)
@@ -117,7 +128,22 @@ def members_fit(node: Node, usage: Usage, demand: Demand, limit: int, matcher: M
 
     Never more rounds than the node's devices can hold allocations: each pod placed takes at
     least one. A pod that takes nothing measurable (a shared device without capacities) fits as
-    often as asked, so it is not counted out one by one."""
+    often as asked, so it is not counted out one by one.
+
+    Remembered per (node object, usage object, demand, limit) in `matcher.fits`: the same inputs
+    give the same answer and the same usage object back, so the usage a plan holds on a node is the
+    same object in the next plan too, and later gangs find their fits there as well. Usage objects
+    are never changed in place (`place` works on copies)."""
+    key = (node.name, id(usage), demand, limit)
+    cached = matcher.fits.get(key)
+    if cached is not None and cached[0] is node and cached[1] is usage:
+        return cached[2], cached[3]
+    count, after = _members_fit(node, usage, demand, limit, matcher)
+    matcher.fits.put(key, (node, usage, count, after))
+    return count, after
+
+
+def _members_fit(node: Node, usage: Usage, demand: Demand, limit: int, matcher: Matcher) -> tuple[int, Usage]:
     if node.allocations is not None:
         limit = min(limit, node.allocations)
     count = 0

@@ -7,6 +7,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -14,12 +15,14 @@ from extender.capacity import Matcher, place
 from extender.cel_eval import Selectors
 from extender.config import ExtenderConfig
 from extender.demand import Demand, allocated_node, demand_of
-from extender.eligibility import PlacedPods
+from extender.eligibility import ANY_NODE, PlacedPods
 from extender.gang import GangRef, gang_of
+from extender.lru import LruCache
 from extender.model import Node, Usage
-from extender.planner import ClusterPlan, Gang, HoldClock, Limits, Member, Plan, plan_cluster
+from extender.planner import ClusterPlan, Gang, HoldClock, Limits, Member, Plan, PlanMemo, plan_cluster
 from extender.scoring import score
 from extender.view import ClusterView
+from kube.pods import pod_claim_names
 
 plan_log = logging.getLogger("extender.plan")
 # The path of an answer that depends on an object the watches have not delivered yet (a claim
@@ -58,11 +61,30 @@ def _body(view: ClusterView, pod: dict[str, Any]) -> str | None:
     return hashlib.sha256(json.dumps(pod, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _same(before: tuple[object, ...], now: tuple[object, ...]) -> bool:
+    return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))
+
+
+@dataclass(frozen=True)
+class _Known:
+    """A pod's gang and Member as last worked out, with the objects they were worked out from."""
+
+    pod: dict[str, Any]
+    claims: tuple[dict[str, Any] | None, ...]
+    templates: tuple[dict[str, Any] | None, ...]
+    context: tuple[object, ...]
+    ref: GangRef | None
+    member: Member | None
+
+
 def _summary(plan: Plan) -> tuple[object, ...]:
     return plan.feasible, plan.domain, tuple(sorted(plan.slots.items())), plan.reason
 
 
 class Decider:
+    MEMBER_CACHE_MIN = 4096
+    FIT_CACHE_MAX = 1_000_000  # node fits remembered across plans, at most
+
     def __init__(self, config: ExtenderConfig) -> None:
         self.config = config
         self.matcher = Matcher(Selectors(), config.driver)
@@ -81,6 +103,10 @@ class Decider:
         self._scores: dict[str, tuple[Node, Usage, Demand, int]] = {}
         # The placed pods of the last view (by version), for inter-pod affinity: built once per view.
         self._placed: tuple[int, PlacedPods] | None = None
+        # Gang pods' Members by pod key; bounded by `gangs` to twice the gang pods of the view.
+        self._members: LruCache[tuple[str, str], _Known] = LruCache(self.MEMBER_CACHE_MIN)
+        # What the last plan saw and decided: the next plan re-plans only the gangs that changed.
+        self._memo: PlanMemo | None = None
 
     def demand(self, view: ClusterView, pod: dict[str, Any], include_allocated: bool = False) -> Demand:
         return demand_of(
@@ -109,33 +135,83 @@ class Decider:
         self._placed = (view.version, index)
         return index
 
-    def gangs(self, view: ClusterView, extra: dict[str, Any] | None = None) -> list[Gang]:
-        placed = self.placed_pods(view)
-        pods = dict(view.pods)
+    def _candidates(self, view: ClusterView, extra: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """The pods that may be gang members (the watches index them), in the view's order, with
+        the pod being asked about in its place, even if the watch has not delivered it yet."""
+        keys = view.gang_pods if view.gang_pods is not None else tuple(view.pods)
+        pods = {key: view.pods[key] for key in keys if key in view.pods}
         if extra is not None:
-            pods[_key(extra)] = extra  # the pod being asked about, even if the watch has not delivered it yet
+            pods[_key(extra)] = extra
+        return list(pods.values())
+
+    def _member(
+        self, view: ClusterView, pod: dict[str, Any], context: tuple[object, ...]
+    ) -> tuple[GangRef | None, Member | None]:
+        """The pod's gang and its Member (affinity not yet worked out), reused while the pod, its
+        claims and templates are the same objects and the classes, JobSets and PodGroups are equal."""
+        namespace = pod["metadata"]["namespace"]
+        references = (pod.get("spec") or {}).get("resourceClaims") or []
+        claims = tuple(view.claims.get((namespace, name)) for name in pod_claim_names(pod).values() if name)
+        templates = tuple(
+            view.templates.get((namespace, r["resourceClaimTemplateName"]))
+            for r in references
+            if r.get("resourceClaimTemplateName")
+        )
+        key = _key(pod)
+        known = self._members.get(key)
+        if (
+            known is not None
+            and known.pod is pod
+            and _same(known.claims, claims)
+            and _same(known.templates, templates)
+            and known.context == context
+        ):
+            return known.ref, known.member
+        ref = self.gang(view, pod)
+        member = None
+        if ref is not None:
+            member = Member(
+                pod=f"{namespace}/{pod['metadata']['name']}",
+                node=self.node_of(view, pod),
+                demand=self.demand(view, pod, include_allocated=True),
+                created=_timestamp(pod["metadata"].get("creationTimestamp")),
+                bound_at=_bound_at(pod),
+                spec=pod.get("spec") or {},
+                done=(pod.get("status") or {}).get("phase") == "Succeeded",
+                part=ref.part,
+            )
+        self._members.put(key, _Known(pod, claims, templates, context, ref, member))
+        return ref, member
+
+    def gangs(self, view: ClusterView, extra: dict[str, Any] | None = None) -> list[Gang]:
+        """Every gang with its members. A member is worked out again only when its pod, claims or
+        templates changed (see `_member`), so a plan after an unrelated event costs a look-up per
+        gang pod; the cache holds at most twice the gang pods of the view (least recently used out)."""
+        candidates = self._candidates(view, extra)
+        self._members.capacity = max(self.MEMBER_CACHE_MIN, 2 * len(candidates))
+        # Inter-pod affinity needs the placed pods only when some pod has (anti-)affinity terms.
+        affinity_matters = view.affinity_pods is None or bool(view.affinity_pods)
+        placed = self.placed_pods(view) if affinity_matters else None
+        context = (
+            tuple(sorted(view.classes.items())),
+            tuple(sorted(view.jobsets.items())),
+            tuple(sorted(view.pod_group_min.items())),
+        )
         gangs: dict[str, Gang] = {}
-        for pod in pods.values():
+        for pod in candidates:
             phase = (pod.get("status") or {}).get("phase")
             if phase == "Failed" or pod["metadata"].get("deletionTimestamp"):
                 continue  # gone for good; its controller creates a replacement if one is needed
-            ref = self.gang(view, pod)
-            if ref is None:
+            ref, member = self._member(view, pod, context)
+            if ref is None or member is None:
                 continue
-            gang = gangs.setdefault(ref.key, Gang(ref))
-            gang.members.append(
-                Member(
-                    pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}",
-                    node=self.node_of(view, pod),
-                    demand=self.demand(view, pod, include_allocated=True),
-                    created=_timestamp(pod["metadata"].get("creationTimestamp")),
-                    bound_at=_bound_at(pod),
-                    spec=pod.get("spec") or {},
-                    done=phase == "Succeeded",
-                    part=ref.part,
-                    affinity=placed.of(pod),
-                )
-            )
+            affinity = placed.of(pod) if placed is not None else ANY_NODE
+            if member.affinity != affinity:
+                member = replace(member, affinity=affinity)
+                known = self._members.get(_key(pod))
+                if known is not None and known.pod is pod:  # the same Member object next time
+                    self._members.put(_key(pod), replace(known, member=member))
+            gangs.setdefault(ref.key, Gang(ref)).members.append(member)
         return list(gangs.values())
 
     def plan(self, view: ClusterView, pod: dict[str, Any], now: float) -> ClusterPlan:
@@ -143,13 +219,18 @@ class Decider:
         with self._lock:
             if self._plan_cache and self._plan_cache[0] == cache_key and now < self._plan_cache[1].valid_until:
                 return self._plan_cache[1]
-            clocks = self._clocks
+            clocks, memo = self._clocks, self._memo
+        gangs = self.gangs(view, pod)
+        # Room for every (node, gang) fit of one plan, so the next finds all those it did not change.
+        wanted = 2 * len(view.nodes) * (len(gangs) + 1)
+        self.matcher.fits.capacity = min(max(Matcher.FIT_CACHE_SIZE, wanted), self.FIT_CACHE_MAX)
         result = plan_cluster(
-            view.nodes, view.usage, self.gangs(view, pod), self.matcher, now=now, limits=self.limits, clocks=clocks
+            view.nodes, view.usage, gangs, self.matcher, now=now, limits=self.limits, clocks=clocks, memo=memo
         )
         with self._lock:
             self._plan_cache = (cache_key, result)
             self._clocks = result.clocks
+            self._memo = result.memo
             self._log_changes(result)
         return result
 

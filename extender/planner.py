@@ -48,8 +48,13 @@ class Member:
 
 @dataclass
 class Gang:
+    """Members are fixed once planning starts: the stand-in per part is worked out once."""
+
     ref: GangRef
     members: list[Member] = field(default_factory=list)
+    _stand_ins: dict[tuple[str | None, int], Member | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def parts(self) -> tuple[Part, ...]:
@@ -93,7 +98,14 @@ class Gang:
         """Who stands for members not created yet: the newest member still to be placed (else the
         newest placed one) of the part, else of the same replicated job, else of the gang. A
         stand-in from another part must not carry a node selector that pins it to its own part's
-        domain (JobSet followers get their leader's domain as a selector)."""
+        domain (JobSet followers get their leader's domain as a selector). Worked out once per part
+        and member count: planning asks it for every node."""
+        key = (part.key if part is not None else None, len(self.members))
+        if key not in self._stand_ins:
+            self._stand_ins[key] = self._representative(part)
+        return self._stand_ins[key]
+
+    def _representative(self, part: Part | None) -> Member | None:
         pools = [self.members]
         if part is not None and len(self.parts) > 1:
             family = part.key.rsplit("/", 1)[0]
@@ -163,6 +175,7 @@ class ClusterPlan:
     holders: dict[str, list[str]]  # node -> gangs holding capacity there
     clocks: dict[str, HoldClock] = field(default_factory=dict)  # per gang, for the next plan
     valid_until: float = math.inf  # the first moment a hold in it expires
+    memo: PlanMemo | None = field(default=None, compare=False, repr=False)  # for the next plan_cluster
 
 
 @dataclass(frozen=True)
@@ -562,15 +575,18 @@ def _plan_in_budget(
     taken: dict[str, str],
     limits: Limits,
     clock: Callable[[], float],
+    spent: list[bool] | None = None,
 ) -> tuple[Plan, dict[str, Usage]]:
     """`_plan_gang` within the gang's time budget; past it, this gang alone is not placeable yet
-    (it holds nothing) and the others are still planned."""
+    (it holds nothing) and the others are still planned; `spent` is told so."""
     deadline = clock() + limits.budget
     try:
         return _plan_gang(
             gang, nodes, usage, matcher, taken=taken, limits=limits, out_of_time=lambda: clock() > deadline
         )
     except _BudgetSpentError:
+        if spent is not None:
+            spent.append(True)
         reason = (
             f"gang {gang.ref.key} is not placeable yet: planning it took over {limits.budget:g}s; it is tried again"
         )
@@ -579,6 +595,142 @@ def _plan_in_budget(
 
 def _by_age(gangs: list[Gang]) -> list[Gang]:
     return sorted(gangs, key=lambda g: (min(m.created for m in g.members), g.ref.key))
+
+
+def _same_members(before: list[Member], now: list[Member]) -> bool:
+    """The same members, spec and affinity included (those are left out of Member equality)."""
+    return len(before) == len(now) and all(
+        a is b or (a == b and a.spec == b.spec and a.affinity == b.affinity) for a, b in zip(before, now, strict=True)
+    )
+
+
+def _usable_names(gang: Gang, nodes: dict[str, Node]) -> frozenset[str]:
+    """Every node whose usage can change the gang's plan: one it, or any of its parts, may use."""
+    parts: list[Part | None] = [None, *gang.parts]
+    return frozenset(name for name, node in nodes.items() if any(gang.may_use(node, part) for part in parts))
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """One gang as the last plan saw it: the nodes it may use are fixed by its members and the nodes."""
+
+    ref: GangRef
+    members: list[Member]
+    usable: frozenset[str]
+    clock: HoldClock
+
+
+@dataclass(frozen=True)
+class _Record:
+    """One gang's planning in the last plan, in planning order: what it was planned against
+    (`taken`) and what came out (its plan and the usage it holds)."""
+
+    key: str
+    expired: bool
+    taken: dict[str, str]
+    plan: Plan
+    changed: dict[str, Usage]
+    reusable: bool  # planned within its budget: a plan cut short by time is tried again
+
+
+@dataclass(frozen=True)
+class PlanMemo:
+    """What one `plan_cluster` call saw and decided, for the next call to re-plan only what changed.
+
+    Its size is bounded by the cluster: the node and usage dicts it was given (references, not
+    copies) and one entry per gang of that plan; each new plan replaces it."""
+
+    nodes: dict[str, Node]
+    usage: dict[str, Usage]
+    limits: Limits
+    seen: dict[str, _Seen]
+    records: list[_Record]
+
+
+class _Incremental:
+    """Reuse of the last plan's gang plans. The nodes must be the same objects (else nothing is
+    reused); a gang's plan is reused when its members, the exclusive domains taken before it and the
+    usage of every node it may use, as it stood when it was planned, are the same objects as last
+    time. `dirty` holds the nodes whose usage, at this point of planning, differs from last time's
+    at the same point: only those are looked at, so an unchanged plan costs a pass over the nodes."""
+
+    def __init__(self, memo: PlanMemo | None, nodes: dict[str, Node], usage: dict[str, Usage], limits: Limits) -> None:
+        same = memo is not None and memo.limits == limits and _same_objects(memo.nodes, nodes)
+        self.memo = memo if same else None
+        self.base_dirty: frozenset[str] = frozenset()
+        self.dirty: set[str] = set()
+        self.previous: dict[str, Usage] = {}
+        if self.memo is not None:
+            before = self.memo.usage
+            self.dirty = {name for name, used in usage.items() if before.get(name) is not used}
+            self.dirty.update(name for name in before if name not in usage)
+            self.base_dirty = frozenset(self.dirty)
+            self.previous = dict(before)
+        self.index = 0
+        self.records: list[_Record] = []
+
+    def seen(self, gang: Gang) -> _Seen | None:
+        if self.memo is None:
+            return None
+        seen = self.memo.seen.get(gang.ref.key)
+        if seen is None or seen.ref != gang.ref or not _same_members(seen.members, gang.members):
+            return None
+        return seen
+
+    def usable(self, gang: Gang, nodes: dict[str, Node]) -> frozenset[str]:
+        seen = self.seen(gang)
+        return seen.usable if seen is not None else _usable_names(gang, nodes)
+
+    def clock(
+        self, gang: Gang, previous: HoldClock | None, nodes: dict[str, Node], usage: dict[str, Usage], **kw: float
+    ) -> HoldClock:
+        """`_hold_clock`, looking only at the nodes whose usage changed when the gang's last clock
+        is the one this memo made and the gang is unchanged."""
+        seen = self.seen(gang)
+        if seen is None or previous is not seen.clock or not previous.expired:
+            return _hold_clock(gang, previous, nodes, usage, **kw)
+        # The clock's usage covers the nodes the gang itself may use; unchanged ones are the same objects.
+        changed = [name for name in self.base_dirty if name in previous.usage]
+        freed = any(name not in usage or not previous.usage[name].within(usage[name]) for name in changed)
+        since = max(kw["now"] if freed else previous.since, gang.anchor())
+        expired = kw["now"] - since > kw["timeout"]
+        if not expired:
+            return HoldClock(since, previous.members, False, {})
+        held = dict(previous.usage)
+        held.update({name: usage[name] for name in changed if name in usage})
+        return HoldClock(since, previous.members, True, held)
+
+    def reuse(self, gang: Gang, expired: bool, taken: dict[str, str], usable: frozenset[str]) -> _Record | None:
+        """The last plan's record for this gang, if nothing it depends on changed."""
+        if self.memo is None or self.index >= len(self.memo.records):
+            self.memo = None
+            return None
+        record = self.memo.records[self.index]
+        if record.key != gang.ref.key or record.expired != expired:
+            self.memo = None  # another order: the last plan's usage at each point no longer applies
+            return None
+        fits = record.reusable and self.seen(gang) is not None and record.taken == taken
+        return record if fits and self.dirty.isdisjoint(usable) else None
+
+    def done(self, record: _Record, working: dict[str, Usage]) -> None:
+        """After a gang is planned (`working` is the usage before its plan is applied)."""
+        self.records.append(record)
+        if self.memo is None:
+            return
+        before = self.memo.records[self.index]
+        self.index += 1
+        for name in record.changed.keys() | before.changed.keys():
+            then = before.changed.get(name, self.previous.get(name))
+            if then is not None:
+                self.previous[name] = then
+            if record.changed.get(name, working.get(name)) is then:
+                self.dirty.discard(name)
+            else:
+                self.dirty.add(name)
+
+
+def _same_objects(before: Mapping[str, object], now: Mapping[str, object]) -> bool:
+    return before is now or (len(before) == len(now) and all(before.get(name) is value for name, value in now.items()))
 
 
 def plan_cluster(
@@ -591,24 +743,42 @@ def plan_cluster(
     limits: Limits,
     clocks: Mapping[str, HoldClock] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    memo: PlanMemo | None = None,
 ) -> ClusterPlan:
     """Plans for all gangs; `held` is what pods outside these gangs may still use.
 
     `clocks` are the hold clocks the previous plan returned (none after a restart); `clock`
-    measures the planning budget."""
+    measures the planning budget. `memo` is the previous plan's `memo`: with it, only the gangs
+    whose members, or the usage of nodes they may use, changed are planned again; the result is
+    the same as without it."""
     clocks = clocks or {}
+    incremental = _Incremental(memo, nodes, usage, limits)
     held = dict(usage)
     holders: dict[str, list[str]] = defaultdict(list)
     plans: dict[str, Plan] = {}
     taken = {m.node: owner(g, m.part) for g in gangs if g.ref.exclusive for m in g.placed if m.node}
     present = [g for g in gangs if g.members]
+    usable = {g.ref.key: incremental.usable(g, nodes) for g in present}
     after = {
-        g.ref.key: _hold_clock(g, clocks.get(g.ref.key), nodes, usage, now=now, timeout=limits.timeout) for g in present
+        g.ref.key: incremental.clock(g, clocks.get(g.ref.key), nodes, usage, now=now, timeout=limits.timeout)
+        for g in present
     }
     active = [g for g in present if not after[g.ref.key].expired]
     waiting = [g for g in present if after[g.ref.key].expired]
+
+    def planned(gang: Gang, working: dict[str, Usage], expired: bool) -> tuple[Plan, dict[str, Usage]]:
+        record = incremental.reuse(gang, expired, taken, usable[gang.ref.key])
+        if record is None:
+            spent: list[bool] = []
+            plan, changed = _plan_in_budget(
+                gang, nodes, working, matcher, taken=taken, limits=limits, clock=clock, spent=spent
+            )
+            record = _Record(gang.ref.key, expired, dict(taken), plan, changed, not spent)
+        incremental.done(record, working)
+        return record.plan, record.changed
+
     for gang in _by_age(active):
-        plan, changed = _plan_in_budget(gang, nodes, held, matcher, taken=taken, limits=limits, clock=clock)
+        plan, changed = planned(gang, held, False)
         plans[gang.ref.key] = plan
         held.update(changed)
         for name in plan.slots:
@@ -618,9 +788,11 @@ def plan_cluster(
                 taken.update(dict.fromkeys(slots, owner(gang, part)))
     after_active = dict(held)
     for gang in _by_age(waiting):
-        plan, changed = _plan_in_budget(gang, nodes, after_active, matcher, taken=taken, limits=limits, clock=clock)
+        plan, changed = planned(gang, after_active, True)
         plan.expired = True
         plans[gang.ref.key] = plan
         after_active.update(changed)
     valid_until = min((c.since + limits.timeout for c in after.values() if not c.expired), default=math.inf)
-    return ClusterPlan(plans, held, dict(holders), after, valid_until)
+    seen = {g.ref.key: _Seen(g.ref, list(g.members), usable[g.ref.key], after[g.ref.key]) for g in present}
+    next_memo = PlanMemo(nodes, usage, limits, seen, incremental.records)
+    return ClusterPlan(plans, held, dict(holders), after, valid_until, next_memo)

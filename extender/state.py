@@ -54,6 +54,11 @@ def _relevant_pod(pod: dict[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("resourceClaims")) or may_belong_to_gang(pod)
 
 
+def _has_pod_affinity(pod: dict[str, Any]) -> bool:
+    affinity = (pod.get("spec") or {}).get("affinity") or {}
+    return bool(affinity.get("podAffinity") or affinity.get("podAntiAffinity"))
+
+
 class ClusterState:
     """Every watched kind is stored the same way. Required kinds gate readiness: without their
     first list the view would be wrong. Optional kinds are CRDs that may not be installed
@@ -83,6 +88,10 @@ class ClusterState:
         self._claims_by_node: dict[str, set[Key]] = defaultdict(set)
         self._dirty_nodes: set[str] = set()
         self._dirty_usage: set[str] = set()
+        # Pods that may be gang members (in the order the pods were first stored) and pods with
+        # inter-pod (anti-)affinity: readers look at these, not at every pod.
+        self._gang_pods: dict[Key, None] = {}
+        self._affinity_pods: set[Key] = set()
 
     def missing(self) -> list[str]:
         """Required kinds not listed yet, for /readyz to name."""
@@ -140,6 +149,17 @@ class ClusterState:
     def _touch(self, kind: str, key: Key, obj: dict[str, Any], stored: bool = False) -> None:
         if kind == "nodes":
             self._dirty_nodes.add(key[1])
+        elif kind == "pods":
+            if not stored and key in self.objects["pods"]:
+                return  # replaced: the new object's touch follows, and the pod keeps its place
+            if stored and may_belong_to_gang(obj):
+                self._gang_pods.setdefault(key)
+            else:
+                self._gang_pods.pop(key, None)
+            if stored and _has_pod_affinity(obj):
+                self._affinity_pods.add(key)
+            else:
+                self._affinity_pods.discard(key)
         elif kind == "resourceslices":
             node = (obj.get("spec") or {}).get("nodeName") or ""
             if stored:
@@ -175,7 +195,9 @@ class ClusterState:
                 for k in self._claims_by_node[name]
                 if k in self.objects["resourceclaims"]
             ]
-            self._usage[name] = usage_from(claims, {name: self._nodes[name]}, self.driver)[name]
+            rebuilt = usage_from(claims, {name: self._nodes[name]}, self.driver)[name]
+            if self._usage.get(name) != rebuilt:  # an update that changes nothing keeps the object
+                self._usage[name] = rebuilt
         self._dirty_usage.clear()
 
     def view(self) -> ClusterView:
@@ -195,6 +217,8 @@ class ClusterState:
                 classes={k[1]: v for k, v in self.objects["deviceclasses"].items()},
                 jobsets={key: JobSetShape.from_api(obj) for key, obj in self.objects["jobsets"].items()},
                 pod_group_min=pod_groups,
+                gang_pods=tuple(self._gang_pods),
+                affinity_pods=frozenset(self._affinity_pods),
             )
 
 

@@ -27,3 +27,7 @@ class ClusterView:
     classes: dict[str, dict[str, Any]]
     jobsets: dict[tuple[str, str], JobSetShape] = field(default_factory=dict)
     pod_group_min: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Keys of the pods that may be gang members, and of those with inter-pod (anti-)affinity terms,
+    # as the watches index them; None: not indexed, readers look at every pod.
+    gang_pods: tuple[tuple[str, str], ...] | None = None
+    affinity_pods: frozenset[tuple[str, str]] | None = None

@@ -1,0 +1,184 @@
+"""Plans reused across watch events: never when something a plan depends on changed, and always
+equal to a plan made from scratch (a fresh Decider, or the planner without its memo) on the same view."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from extender.capacity import Matcher
+from extender.cel_eval import Selectors
+from extender.config import RACK_LABEL, ExtenderConfig
+from extender.decide import Decider
+from extender.planner import ClusterPlan, plan_cluster
+from extender.state import ClusterState
+from tests import builders
+from tests.builders import CREATED, DRIVER, claimed_pod, gang_labels
+
+SOON = datetime.fromisoformat(CREATED.replace("Z", "+00:00")).timestamp() + 10
+LATE = SOON + 3600  # every hold has expired: expired gangs plan behind the others
+GPUS = [f"gpu-{index}" for index in range(8)]
+Key = tuple[str, str]
+
+
+def _key(obj: dict[str, Any]) -> Key:
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+class Cluster:
+    """64 nodes of 8 GPUs, 8 to a rack: 45 nodes run eight 1-GPU pods, 19 are free; 4 gangs of
+    4 pods x 8 GPUs that require one rack are pending. Fed to a real ClusterState as the watches do."""
+
+    def __init__(self, seed: int) -> None:
+        self.random = random.Random(seed)  # noqa: S311 - a reproducible event sequence, not a secret
+        busy = builders.busy_cluster(64, rack_size=8, pending_gangs=4, pending_gang_size=4, namespace="ns")
+        self.state = ClusterState(DRIVER)
+        for kind, items in busy.objects.items():
+            self.state.replace(kind, json.loads(json.dumps(items)))
+        self.single = busy.single
+        self.eight = next(t for t in busy.objects["resourceclaimtemplates"] if t["metadata"]["name"] == "eight")
+        self.version = 2
+        self.added = 0
+
+    def _put(self, kind: str, obj: dict[str, Any]) -> None:
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self.version += 1
+        self.state.apply("MODIFIED", kind, obj)
+
+    def _pick(self, kind: str, test: Any) -> dict[str, Any] | None:
+        found = [obj for obj in self.state.objects[kind].values() if test(obj)]
+        return self.random.choice(found) if found else None
+
+    def touch_claim(self) -> str:
+        """A status update that changes nothing the planner reads."""
+        claim = self._pick("resourceclaims", lambda c: (c.get("status") or {}).get("allocation"))
+        if claim is not None:
+            self._put("resourceclaims", claim)
+        return "touch"
+
+    def free(self) -> str:
+        """A running pod ends: its claim is deleted, its GPU is free again."""
+        claim = self._pick("resourceclaims", lambda c: (c.get("status") or {}).get("allocation"))
+        if claim is not None:
+            self.state.apply("DELETED", "resourceclaims", claim)
+        return "free"
+
+    def allocate(self, node: str | None = None) -> str:
+        """A pending gang member's claim is allocated on a node with all 8 GPUs free."""
+        view = self.state.view()
+        free = [name for name, used in view.usage.items() if not used.devices]
+        claim = self._pick(
+            "resourceclaims",
+            lambda c: not (c.get("status") or {}).get("allocation") and c["metadata"]["name"].startswith("pending"),
+        )
+        if not free or claim is None:
+            return "allocate (none)"
+        node = node if node in free else self.random.choice(free)
+        owner = claim["metadata"]["name"].removesuffix("-gpus")
+        allocated = builders.allocated_claim(claim["metadata"]["name"], node, GPUS, "ns", reserved_for=owner)
+        self._put("resourceclaims", {**claim, "status": allocated["status"]})
+        return "allocate"
+
+    def add_member(self) -> str:
+        """A new gang of two appears, or a member joins one."""
+        self.added += 1
+        gang = f"late-{self.added // 2}"
+        member, claim = claimed_pod(
+            f"{gang}-{self.added % 2}", self.eight, "ns", labels=gang_labels(gang, 2, RACK_LABEL)
+        )
+        self._put("resourceclaims", claim)
+        self._put("pods", member)
+        return "member"
+
+    def taint(self) -> str:
+        """A node's slice changes: one of its GPUs is tainted (a new Node object)."""
+        resource_slice = self._pick("resourceslices", lambda s: True)
+        if resource_slice is not None:
+            changed = copy.deepcopy(resource_slice)
+            device = self.random.choice(changed["spec"]["devices"])
+            device["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
+            self._put("resourceslices", changed)
+        return "taint"
+
+    def step(self) -> str:
+        event = self.random.choice(
+            [self.touch_claim, self.touch_claim, self.free, self.allocate, self.add_member, self.taint]
+        )
+        return event()
+
+
+def _same_plan(mine: ClusterPlan, fresh: ClusterPlan) -> None:
+    assert mine.plans == fresh.plans
+    assert mine.held == fresh.held
+    assert mine.holders == fresh.holders
+    assert mine.valid_until == fresh.valid_until
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_reused_plan_equals_a_fresh_deciders_plan_over_random_events(seed: int) -> None:
+    cluster = Cluster(seed)
+    decider = Decider(ExtenderConfig())
+    for _ in range(50):
+        cluster.step()
+        view = cluster.state.view()
+        _same_plan(decider.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_a_plan_with_the_memo_equals_one_without_it_when_holds_have_expired(seed: int) -> None:
+    cluster = Cluster(seed)
+    decider = Decider(ExtenderConfig())
+    for _ in range(50):
+        cluster.step()
+        view = cluster.state.view()
+        clocks, memo = decider._clocks, decider._memo
+        gangs = Decider(ExtenderConfig()).gangs(view, cluster.single)
+        matcher = Matcher(Selectors(), DRIVER)
+        limits = decider.limits
+        with_memo = plan_cluster(
+            view.nodes, view.usage, gangs, decider.matcher, now=LATE, limits=limits, clocks=clocks, memo=memo
+        )
+        without = plan_cluster(view.nodes, view.usage, gangs, matcher, now=LATE, limits=limits, clocks=clocks)
+        _same_plan(with_memo, without)
+        assert with_memo.clocks == without.clocks
+        decider._clocks, decider._memo = with_memo.clocks, with_memo.memo
+
+
+def test_an_unrelated_event_reuses_every_gang_plan() -> None:
+    cluster = Cluster(6)
+    decider = Decider(ExtenderConfig())
+    before = decider.plan(cluster.state.view(), cluster.single, SOON)
+    cluster.touch_claim()
+    view = cluster.state.view()
+    after = decider.plan(view, cluster.single, SOON)
+    assert all(after.plans[key] is plan for key, plan in before.plans.items())
+    assert after.held == before.held
+
+
+@pytest.mark.parametrize("event", ["allocate", "add_member", "taint"])
+def test_a_plan_is_not_reused_when_something_it_depends_on_changed(event: str) -> None:
+    cluster = Cluster(7)
+    decider = Decider(ExtenderConfig())
+    before = decider.plan(cluster.state.view(), cluster.single, SOON)
+    planned = next(plan for plan in before.plans.values() if plan.slots)
+    node = sorted(planned.slots)[0]
+    if event == "allocate":
+        cluster.allocate(node)  # a claim allocated on a planned node
+    elif event == "add_member":
+        cluster.add_member()
+    else:  # the planned node's slice changes
+        key = next(k for k, s in cluster.state.objects["resourceslices"].items() if s["spec"]["nodeName"] == node)
+        changed = copy.deepcopy(cluster.state.objects["resourceslices"][key])
+        for device in changed["spec"]["devices"]:
+            device["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
+        cluster._put("resourceslices", changed)
+    view = cluster.state.view()
+    after = decider.plan(view, cluster.single, SOON)
+    _same_plan(after, Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
+    assert after.plans != before.plans or after.held != before.held
