@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from e2e.extender_harness import fresh_namespace
 from e2e.node_plugin import NodePlugin
 from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for
 from nativedra.cluster.commands import NodeDirs
@@ -37,19 +38,8 @@ def api(control_plane: ControlPlane) -> client.ApiClient:
 @pytest.fixture
 def namespace(api: client.ApiClient) -> Iterator[str]:
     """A fresh namespace with its `default` ServiceAccount, deleted after the test."""
-    core = client.CoreV1Api(api)
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    core.create_namespace({"metadata": {"name": name}})
-
-    def has_default_sa() -> bool:
-        return any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items)
-
-    wait_for(has_default_sa, 30, f"ServiceAccount default in namespace {name}")
-    try:
+    with fresh_namespace(api, "t") as name:
         yield name
-    finally:
-        with contextlib.suppress(client.ApiException):
-            core.delete_namespace(name)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ cluster is refused alone while others are still placed."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 import uuid
@@ -12,13 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from e2e.extender_harness import (
     ExtenderCluster,
     bound,
     delete_pods,
     extender_cluster,
+    fresh_namespace,
     gang_pods,
     settled_placement,
 )
@@ -43,14 +42,9 @@ def ext() -> Iterator[ExtenderCluster]:
 
 @pytest.fixture
 def ns(ext: ExtenderCluster) -> Iterator[str]:
-    core = client.CoreV1Api(ext.api)
-    name = f"abuse-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: core.list_namespaced_service_account(name).items, 30, "default ServiceAccount")
-    yield name
-    ext.remove_nodes()
-    with contextlib.suppress(client.ApiException):
-        core.delete_namespace(name)
+    with fresh_namespace(ext.api, "abuse") as name:
+        yield name
+        ext.remove_nodes()
 
 
 def test_interleaved_competing_gangs_are_never_left_partly_placed(ext: ExtenderCluster, ns: str) -> None:

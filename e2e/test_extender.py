@@ -3,7 +3,6 @@ domains are honoured, held capacity survives an extender restart, and scores ste
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import tempfile
@@ -19,7 +18,7 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.extender_harness import ExtenderCluster, bound, extender_cluster, gang_pods
+from e2e.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
 from extender.config import RACK_LABEL
 from nativedra.cluster import create_fake_node, wait_for, wait_pod_scheduled
 from nativedra.cluster.waits import unschedulable_message
@@ -53,13 +52,8 @@ def ext(extended: ExtenderCluster) -> Iterator[ExtenderCluster]:
 
 @pytest.fixture
 def ext_namespace(extended: ExtenderCluster) -> Iterator[str]:
-    core = client.CoreV1Api(extended.api)
-    name = f"x-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: core.list_namespaced_service_account(name).items, 30, "default ServiceAccount")
-    yield name
-    with contextlib.suppress(client.ApiException):
-        core.delete_namespace(name)
+    with fresh_namespace(extended.api, "x") as name:
+        yield name
 
 
 def _settled(api: client.ApiClient, namespace: str, names: list[str], expected_bound: int) -> bool:

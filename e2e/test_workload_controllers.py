@@ -3,7 +3,6 @@ the real kube-scheduler calling the extender: whole, in their topology, never ha
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from e2e.extender_harness import ExtenderCluster, bound, extender_cluster, gang_pods
+from e2e.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
 from e2e.workloads import ReplicatedJob, create_jobset, create_lws, pods_with
 from extender.config import RACK_LABEL
 from kube.resources import JOBSETS
@@ -44,14 +43,9 @@ def cluster() -> Iterator[ExtenderCluster]:
 @pytest.fixture
 def setup(cluster: ExtenderCluster) -> Iterator[tuple[ExtenderCluster, str, str]]:
     """(cluster, namespace with an 8-GPU claim template `eight`, test label value); cleaned after."""
-    core = client.CoreV1Api(cluster.api)
-    namespace = f"w-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": namespace}})
-    wait_for(lambda: core.list_namespaced_service_account(namespace).items, 30, "default ServiceAccount")
-    claim_template(cluster.api, namespace, "eight", [request("gpus", "gpu.nativedra.dev", count=8)])
-    yield cluster, namespace, uuid.uuid4().hex[:6]
-    with contextlib.suppress(client.ApiException):
-        core.delete_namespace(namespace)
+    with fresh_namespace(cluster.api, "w") as namespace:
+        claim_template(cluster.api, namespace, "eight", [request("gpus", "gpu.nativedra.dev", count=8)])
+        yield cluster, namespace, uuid.uuid4().hex[:6]
     cluster.remove_nodes()
 
 
