@@ -42,12 +42,15 @@ def involved_objects(namespace: str, name: str, uid: str, reserved_for: list[dic
     return [{**involved, "namespace": namespace} for involved in (claim, *pods)]
 
 
-def warning_event(involved: dict[str, Any], reason: str, message: str, node_name: str) -> dict[str, Any]:
+def warning_event(
+    involved: dict[str, Any], reason: str, message: str, node_name: str, namespace: str | None = None
+) -> dict[str, Any]:
+    """A Warning event about `involved`, in its namespace (or `namespace`, for cluster objects)."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
+        "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace or involved["namespace"]},
         "involvedObject": involved,
         "type": "Warning",
         "reason": reason,
@@ -57,6 +60,12 @@ def warning_event(involved: dict[str, Any], reason: str, message: str, node_name
         "lastTimestamp": now,
         "count": 1,
     }
+
+
+def node_warning(node_name: str, reason: str, message: str) -> tuple[str, dict[str, Any]]:
+    """(namespace, body) of a Warning on this node, where `kubectl describe node` shows it."""
+    involved = {"apiVersion": "v1", "kind": "Node", "name": node_name, "namespace": ""}
+    return "default", warning_event(involved, reason, message, node_name, namespace="default")
 
 
 def api_event_poster(api: client.ApiClient, timeout_s: float) -> EventPoster:

@@ -45,6 +45,13 @@ class NodeDevices:
                 self.changed.notify_all()
         return snapshot
 
+    def restrict(self, config: PublishConfig) -> None:
+        """Publish (and prepare) with `config` from now on, e.g. whole GPUs only when the API
+        server cannot keep partitions apart from their GPU."""
+        self.config = config
+        self._snapshot = None
+        self.discover()
+
     def current(self) -> DeviceSnapshot:
         return self._snapshot or self.discover()
 

@@ -14,7 +14,7 @@ from prometheus_client import start_http_server
 
 from dra_driver.checkpoint import Checkpoint, boot_id
 from dra_driver.discovery import Backend
-from dra_driver.events import FailureEvents, api_event_poster
+from dra_driver.events import FailureEvents, api_event_poster, node_warning
 from dra_driver.grpc_server import HealthServicer, KubeletServers
 from dra_driver.kubelet_paths import (
     DEFAULT_CDI_DIR,
@@ -83,9 +83,19 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     api = api_client(settings.kubeconfig)
     devices = NodeDevices(settings.backend, settings.publish)
     devices.discover()
-    controller = SliceController(devices, SlicePublisher(api, settings.node_name), resync_s=settings.resync_s)
+    post_event = api_event_poster(bounded_client(api), API_TIMEOUT_S)
+
+    def degraded(message: str) -> None:
+        try:
+            post_event(*node_warning(settings.node_name, "DeviceFeaturesNotServed", message))
+        except Exception as error:  # noqa: BLE001 - the event is for humans; publishing goes on without it
+            log.warning("could not post the Node event: %s", error)
+
+    controller = SliceController(
+        devices, SlicePublisher(api, settings.node_name), resync_s=settings.resync_s, on_degraded=degraded
+    )
     checkpoint = Checkpoint(settings.data_dir / "checkpoint.json", boot_id())
-    events = FailureEvents(api_event_poster(bounded_client(api), API_TIMEOUT_S), settings.node_name)
+    events = FailureEvents(post_event, settings.node_name)
     preparer = ClaimPreparer(
         api_claim_reader(api),
         settings.node_name,

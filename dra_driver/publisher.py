@@ -12,6 +12,7 @@ from typing import Any
 from kubernetes import client, watch
 
 from dra_driver import DRIVER_NAME, metrics
+from dra_driver.api_features import FieldsDroppedError, dropped_fields
 from kube.resources import RESOURCE_SLICES
 from kube.units import quantity
 
@@ -125,13 +126,16 @@ class SlicePublisher:
             }
             if name in actual:
                 body["metadata"]["resourceVersion"] = actual[name]["metadata"]["resourceVersion"]
-                RESOURCE_SLICES.replace(self.api, name, body)
+                stored = RESOURCE_SLICES.replace(self.api, name, body)
                 metrics.SLICE_WRITES.labels("update").inc()
                 updated += 1
             else:
-                RESOURCE_SLICES.create(self.api, body)
+                stored = RESOURCE_SLICES.create(self.api, body)
                 metrics.SLICE_WRITES.labels("create").inc()
                 created += 1
+            dropped = dropped_fields(body["spec"], stored.get("spec") or {})
+            if dropped:  # counter slices come first: no partition is published without its counters
+                raise FieldsDroppedError(dropped)
         for name in set(actual) - set(desired):
             try:
                 RESOURCE_SLICES.delete(self.api, name)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from kubernetes import watch
 
+from dra_driver.api_features import FieldsDroppedError, describe, safe_config
 from dra_driver.node_devices import NodeDevices
 from dra_driver.publisher import PublishResult, SlicePublisher
 from dra_driver.slices import pack_slices
@@ -27,8 +29,10 @@ class SliceController:
         publisher: SlicePublisher,
         resync_s: float = 60.0,
         max_backoff_s: float = 30.0,
+        on_degraded: Callable[[str], None] | None = None,
     ) -> None:
         self.devices = devices
+        self.on_degraded = on_degraded  # told once what is left out, e.g. to post a Node event
         self.publisher = publisher
         self.resync_s = resync_s
         self.max_backoff_s = max_backoff_s
@@ -39,6 +43,21 @@ class SliceController:
         self._wake.set()
 
     def sync_once(self) -> PublishResult:
+        try:
+            return self._publish()
+        except FieldsDroppedError as error:
+            self._degrade(error.dropped)
+            return self._publish()
+
+    def _degrade(self, dropped: frozenset[str]) -> None:
+        """Publish only what the API server can keep safe, and say so once (log and Node event)."""
+        self.devices.restrict(safe_config(self.devices.config, dropped))
+        message = f"node {self.publisher.node_name}: {describe(dropped)}"
+        log.warning("%s", message)
+        if self.on_degraded is not None:
+            self.on_degraded(message)
+
+    def _publish(self) -> PublishResult:
         snapshot = self.devices.discover()
         specs = pack_slices(snapshot.devices.values(), snapshot.counter_sets, self.publisher.node_name)
         result = self.publisher.reconcile(specs)

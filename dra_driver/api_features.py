@@ -1,0 +1,70 @@
+"""What to publish when the API server silently drops fields it does not serve.
+
+A server with partitionable devices off (1.34/1.35 defaults, or a gate turned off) stores a
+ResourceSlice without `sharedCounters` / `consumesCounters`; one with consumable capacity off drops
+`allowMultipleAllocations`. Published anyway, fractions and MIG placements would lose the counters
+that keep them apart from their whole GPU, and the scheduler could hand out a GPU and a part of it
+at once. So the publisher compares what it wrote with what was stored, stops at the first slice
+that lost a field, and the plugin publishes only what stays safe: whole GPUs. Pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dra_driver.publish_config import PublishConfig
+
+GATE_OF_FIELD = {
+    "sharedCounters": "DRAPartitionableDevices",
+    "consumesCounters": "DRAPartitionableDevices",
+    "allowMultipleAllocations": "DRAConsumableCapacity",
+}
+
+
+class FieldsDroppedError(RuntimeError):
+    """The API server stored a slice without fields the plugin relies on."""
+
+    def __init__(self, dropped: frozenset[str]) -> None:
+        super().__init__(describe(dropped))
+        self.dropped = dropped
+
+
+def dropped_fields(desired: dict[str, Any], stored: dict[str, Any]) -> frozenset[str]:
+    """Feature fields present in the slice spec we wrote but missing from the one stored."""
+    dropped = set()
+    if desired.get("sharedCounters") and not stored.get("sharedCounters"):
+        dropped.add("sharedCounters")
+    stored_devices = {device.get("name"): device for device in stored.get("devices") or []}
+    for device in desired.get("devices") or []:
+        kept = stored_devices.get(device["name"], {})
+        dropped.update(
+            field
+            for field in ("consumesCounters", "allowMultipleAllocations")
+            if device.get(field) and not kept.get(field)
+        )
+    return frozenset(dropped)
+
+
+def safe_config(config: PublishConfig, dropped: frozenset[str]) -> PublishConfig:
+    """What can still be published without double booking once `dropped` fields are not served."""
+    changes: dict[str, Any] = {}
+    if dropped & {"sharedCounters", "consumesCounters"}:
+        changes.update(fractions=(), mig=False)
+    if "allowMultipleAllocations" in dropped:
+        changes["share_gpus"] = ()
+    return config.model_copy(update=changes)
+
+
+def describe(dropped: frozenset[str]) -> str:
+    """For the log and the Node event: what is left out and which gate would bring it back."""
+    gates = sorted({GATE_OF_FIELD[field] for field in dropped})
+    left_out = []
+    if dropped & {"sharedCounters", "consumesCounters"}:
+        left_out.append("fractions and MIG placements")
+    if "allowMultipleAllocations" in dropped:
+        left_out.append("consumable shares")
+    return (
+        f"the API server does not store {', '.join(sorted(dropped))}: publishing whole GPUs without "
+        f"{' or '.join(left_out)}; enable the feature gate(s) {', '.join(gates)} on the API server and "
+        "scheduler to publish them"
+    )

@@ -1,0 +1,32 @@
+"""Which fields the API server dropped, and what stays safe to publish without them."""
+
+from __future__ import annotations
+
+from dra_driver.api_features import FieldsDroppedError, describe, dropped_fields, safe_config
+from dra_driver.publish_config import PublishConfig
+
+COUNTERS = {"sharedCounters": [{"name": "gpu-0-counters", "counters": {"memory": {"value": "1"}}}]}
+PARTITION = {"name": "gpu-0-1of2-0", "consumesCounters": [{"counterSet": "gpu-0-counters", "counters": {}}]}
+SHARE = {"name": "gpu-1-share", "allowMultipleAllocations": True}
+
+
+def test_nothing_is_dropped_when_the_server_keeps_every_field() -> None:
+    assert dropped_fields(COUNTERS, COUNTERS) == frozenset()
+    assert dropped_fields({"devices": [PARTITION, SHARE]}, {"devices": [PARTITION, SHARE]}) == frozenset()
+
+
+def test_counters_and_multiple_allocations_dropped_are_named() -> None:
+    assert dropped_fields(COUNTERS, {}) == {"sharedCounters"}
+    stored = {"devices": [{"name": "gpu-0-1of2-0"}, {"name": "gpu-1-share"}]}
+    assert dropped_fields({"devices": [PARTITION, SHARE]}, stored) == {"consumesCounters", "allowMultipleAllocations"}
+
+
+def test_without_counters_only_whole_gpus_are_published_and_the_gate_is_named() -> None:
+    config = PublishConfig(fractions=(2, 4), mig=True, share_gpus="all")
+    partitions = frozenset({"sharedCounters", "consumesCounters"})
+    assert safe_config(config, partitions) == PublishConfig(fractions=(), mig=False, share_gpus="all")
+    assert safe_config(config, frozenset({"allowMultipleAllocations"})).share_gpus == ()
+    message = str(FieldsDroppedError(partitions))
+    assert message == describe(partitions)
+    assert "fractions and MIG placements" in message and "DRAPartitionableDevices" in message
+    assert "DRAConsumableCapacity" in describe(frozenset({"allowMultipleAllocations"}))
