@@ -4,7 +4,9 @@
 the real `ClusterState` as the informers do (each kind's LIST decoded from JSON and `replace`d,
 then `apply`d watch events), serves `create_app` with uvicorn on 127.0.0.1 in a thread, and asks
 /filter and /prioritize over one kept-alive HTTP/1.1 connection, as kube-scheduler does, with one
-watch event (a running pod's claim or the pod itself, modified) applied before every call. Each
+watch event applied before every call, in two mixes: status updates only (a running pod's claim
+or the pod itself, modified, its usage untouched), and a realistic one where half the events free
+or take a GPU (a running pod's claim deallocated, or allocated again) on a random node. Each
 call's time includes reading and decoding the answer.
 
 Every time is printed as a ratio to the floor measured in the same run: a JSON encode and decode of
@@ -19,6 +21,7 @@ import contextlib
 import http.client
 import itertools
 import json
+import random
 import socket
 import sys
 import threading
@@ -97,21 +100,45 @@ def _body(pod: dict[str, Any], names: list[str]) -> bytes:
     return json.dumps({"Pod": pod, "NodeNames": names}).encode()
 
 
+USAGE_SHARE = 0.5  # of the realistic mix's events, those that free or take a GPU
+
+
 class Changes:
     """An endless watch stream of a busy cluster: running pods' claims and pods, in turn, each
-    MODIFIED with a new resourceVersion (as status updates arrive), applied as the informer does."""
+    MODIFIED with a new resourceVersion (as status updates arrive), applied as the informer does.
+    With `usage_share`, that share of the events instead frees or takes a GPU: a random running
+    pod's claim is deallocated (its status emptied), or, if it was, allocated again as it was."""
 
-    def __init__(self, state: ClusterState, churn: list[tuple[str, tuple[str, str]]]) -> None:
+    def __init__(
+        self, state: ClusterState, churn: list[tuple[str, tuple[str, str]]], usage_share: float = 0.0, seed: int = 1
+    ) -> None:
         self.state = state
+        self.usage_share = usage_share
         self._next = itertools.cycle(churn)
         self._version = itertools.count(2)
+        self._claims = [key for kind, key in churn if kind == "resourceclaims"]
+        self._random = random.Random(seed)  # noqa: S311 - a reproducible event stream, not a secret
+        self._freed: dict[tuple[str, str], Any] = {}  # claim -> its status while allocated
+
+    def _modify(self, kind: str, key: tuple[str, str], **fields: Any) -> None:
+        current = self.state.objects[kind][key]
+        metadata = {**current["metadata"], "resourceVersion": str(next(self._version))}
+        self.state.apply("MODIFIED", kind, {**current, **fields, "metadata": metadata})
+
+    def _free_or_take(self) -> None:
+        key = self._random.choice(self._claims)
+        if key in self._freed:
+            self._modify("resourceclaims", key, status=self._freed.pop(key))
+        else:
+            self._freed[key] = self.state.objects["resourceclaims"][key].get("status")
+            self._modify("resourceclaims", key, status={})
 
     def apply(self, count: int = 1) -> None:
         for _ in range(count):
-            kind, key = next(self._next)
-            current = self.state.objects[kind][key]
-            metadata = {**current["metadata"], "resourceVersion": str(next(self._version))}
-            self.state.apply("MODIFIED", kind, {**current, "metadata": metadata})
+            if self.usage_share and self._random.random() < self.usage_share:
+                self._free_or_take()
+            else:
+                self._modify(*next(self._next))
 
 
 class Client:
@@ -217,16 +244,22 @@ def run(count: int, bounds: Bounds, say: Callable[[str], object] = print) -> dic
             first = measure(partial(client.call, verb, workload.bodies["single"]), 1)
             say(figures.add(f"first_{verb}", f"{verb}, 1-GPU pod, first call after the LIST", first))
         changes = Changes(state, workload.churn)
+        mixed = Changes(state, workload.churn, usage_share=USAGE_SHARE)
         labels = {"plain": "pod without claims", "single": "1-GPU pod", "member": "gang member 16x8 GPUs/rack"}
-        for shape, label in labels.items():
-            for verb in VERBS:
-                timing = measure(
-                    partial(client.call, verb, workload.bodies[shape]),
-                    bounds.calls,
-                    before=changes.apply,
-                    budget_s=bounds.budget_s,
-                )
-                say(figures.add(f"{verb}_{shape}", f"{verb}, {label}, 1 watch event before each", timing))
+        mixes = {
+            "": (changes, "1 watch event before each (status only)"),
+            "_usage": (mixed, f"1 watch event before each ({USAGE_SHARE:.0%} free or take a GPU)"),
+        }
+        for suffix, (stream, event_label) in mixes.items():
+            for shape, label in labels.items():
+                for verb in VERBS:
+                    timing = measure(
+                        partial(client.call, verb, workload.bodies[shape]),
+                        bounds.calls,
+                        before=stream.apply,
+                        budget_s=bounds.budget_s,
+                    )
+                    say(figures.add(f"{verb}_{shape}{suffix}", f"{verb}, {label}, {event_label}", timing))
         shapes = NewShapes(state, client, workload)
         new = measure(shapes.prioritize, len(SHAPE_DEVICES), before=shapes.deliver, budget_s=bounds.budget_s)
         say(figures.add("prioritize_new_shape", "prioritize, first call for a new pod shape", new))

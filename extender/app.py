@@ -26,7 +26,7 @@ from extender.decide import RETRY, Decider
 from extender.gang import may_belong_to_gang
 from extender.health import Watchdog
 from extender.state import ClusterState
-from extender.wire import ExtenderArgs, HostPriority, MalformedBodyError, filter_result, parse_args
+from extender.wire import ExtenderArgs, MalformedBodyError, encode_priorities, filter_result, parse_args
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -159,7 +159,8 @@ def create_app(
         metrics.REJECTED_NODES.labels(path).inc(len(failed))
         metrics.SECONDS.labels("filter").observe(time.perf_counter() - started)
         error = next(iter(failed.values()), "") if path == RETRY else ""
-        return filter_result(args, passing, {} if error else failed, error).model_dump()
+        answer = filter_result(args, passing, {} if error else failed, error)
+        return Response(answer.model_dump_json(), media_type="application/json")
 
     @app.post("/prioritize")
     async def prioritize(request: Request) -> Any:
@@ -178,7 +179,7 @@ def create_app(
                 scores, path = scored, "scored"
         metrics.REQUESTS.labels("prioritize", path).inc()
         metrics.SECONDS.labels("prioritize").observe(time.perf_counter() - started)
-        return [HostPriority(Host=name, Score=scores.get(name, 0)).model_dump() for name in names]
+        return Response(encode_priorities(names, scores), media_type="application/json")
 
     _add_probes(app, state, handler.watchdog)
     return app

@@ -65,9 +65,11 @@ def _same(before: tuple[object, ...], now: tuple[object, ...]) -> bool:
     return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Known:
-    """A pod's gang and Member as last worked out, with the objects they were worked out from."""
+    """A pod's gang and Member as last worked out, with the objects they were worked out from,
+    the keys of those claims and templates (`deps`), and the last view version it was found
+    valid at (`valid_at`: a later view whose journal names none of `deps` finds it valid too)."""
 
     pod: dict[str, Any]
     claims: tuple[dict[str, Any] | None, ...]
@@ -75,6 +77,8 @@ class _Known:
     context: tuple[object, ...]
     ref: GangRef | None
     member: Member | None
+    deps: frozenset[tuple[str, tuple[str, str]]] = frozenset()
+    valid_at: int = -1
 
 
 def _summary(plan: Plan) -> tuple[object, ...]:
@@ -83,6 +87,7 @@ def _summary(plan: Plan) -> tuple[object, ...]:
 
 class Decider:
     MEMBER_CACHE_MIN = 4096
+    SCORE_DEMANDS = 16  # demands whose node scores are remembered, at most
     FIT_CACHE_MAX = 1_000_000  # node fits remembered across plans, at most
 
     def __init__(self, config: ExtenderConfig) -> None:
@@ -99,14 +104,23 @@ class Decider:
         self._clocks: dict[str, HoldClock] = {}
         # What was last logged per gang in the last plan, so a plan is logged when it changes.
         self._logged: dict[str, tuple[object, ...]] = {}
-        # node -> (node object, usage object, demand, score): both objects are replaced on any change
-        self._scores: dict[str, tuple[Node, Usage, Demand, int]] = {}
+        # demand -> node -> (node object, usage object, score): both objects are replaced on any
+        # change. At most SCORE_DEMANDS demands (least recently used out), each at most twice the
+        # view's nodes (cleared past that).
+        self._scores: LruCache[Demand, dict[str, tuple[Node, Usage, int]]] = LruCache(self.SCORE_DEMANDS)
         # The placed pods of the last view (by version), for inter-pod affinity: built once per view.
         self._placed: tuple[int, PlacedPods] | None = None
         # Gang pods' Members by pod key; bounded by `gangs` to twice the gang pods of the view.
         self._members: LruCache[tuple[str, str], _Known] = LruCache(self.MEMBER_CACHE_MIN)
-        # What the last plan saw and decided: the next plan re-plans only the gangs that changed.
+        # What the last plan saw and decided: the next plan re-plans only the gangs that changed;
+        # and the view version it was made from, to ask the view's journal what changed since.
         self._memo: PlanMemo | None = None
+        self._memo_at = -1
+        # `gangs` is serialized: the view version its last pass validated every member at, and
+        # the context (classes, JobSets, PodGroups) it saw, reused while equal.
+        self._gangs_lock = threading.Lock()
+        self._gangs_at = -1
+        self._context: tuple[object, ...] = ()
 
     def demand(self, view: ClusterView, pod: dict[str, Any], include_allocated: bool = False) -> Demand:
         return demand_of(
@@ -166,6 +180,7 @@ class Decider:
             and _same(known.templates, templates)
             and known.context == context
         ):
+            known.valid_at = view.version
             return known.ref, known.member
         ref = self.gang(view, pod)
         member = None
@@ -180,13 +195,33 @@ class Decider:
                 done=(pod.get("status") or {}).get("phase") == "Succeeded",
                 part=ref.part,
             )
-        self._members.put(key, _Known(pod, claims, templates, context, ref, member))
+        deps = frozenset(
+            [("resourceclaims", (namespace, name)) for name in pod_claim_names(pod).values() if name]
+            + [
+                ("resourceclaimtemplates", (namespace, r["resourceClaimTemplateName"]))
+                for r in references
+                if r.get("resourceClaimTemplateName")
+            ]
+        )
+        self._members.put(key, _Known(pod, claims, templates, context, ref, member, deps, view.version))
         return ref, member
 
     def gangs(self, view: ClusterView, extra: dict[str, Any] | None = None) -> list[Gang]:
         """Every gang with its members. A member is worked out again only when its pod, claims or
         templates changed (see `_member`), so a plan after an unrelated event costs a look-up per
-        gang pod; the cache holds at most twice the gang pods of the view (least recently used out)."""
+        gang pod; the cache holds at most twice the gang pods of the view (least recently used out).
+        When the view's journal reaches back to the last pass, a member found valid then whose
+        claims and templates it does not name is taken as it is, without comparing them."""
+        with self._gangs_lock:
+            gangs = self._gangs(view, extra)
+            self._gangs_at = view.version
+            return gangs
+
+    def _journal_stale(self, view: ClusterView) -> set[tuple[str, tuple[str, str]]] | None:
+        changes = view.changes(self._gangs_at) if self._gangs_at >= 0 else None
+        return None if changes is None else {c for c in changes if c[0] not in ("node", "usage")}
+
+    def _gangs(self, view: ClusterView, extra: dict[str, Any] | None) -> list[Gang]:
         candidates = self._candidates(view, extra)
         self._members.capacity = max(self.MEMBER_CACHE_MIN, 2 * len(candidates))
         # Inter-pod affinity needs the placed pods only when some pod has (anti-)affinity terms.
@@ -197,20 +232,38 @@ class Decider:
             tuple(sorted(view.jobsets.items())),
             tuple(sorted(view.pod_group_min.items())),
         )
+        if context == self._context:
+            context = self._context
+        self._context = context
+        stale = self._journal_stale(view)
+        since = self._gangs_at
         gangs: dict[str, Gang] = {}
         for pod in candidates:
             phase = (pod.get("status") or {}).get("phase")
             if phase == "Failed" or pod["metadata"].get("deletionTimestamp"):
                 continue  # gone for good; its controller creates a replacement if one is needed
-            ref, member = self._member(view, pod, context)
+            known = self._members.get(_key(pod)) if stale is not None else None
+            if (
+                known is not None
+                and stale is not None
+                and known.pod is pod
+                and known.valid_at == since
+                and known.context is context
+                and stale.isdisjoint(known.deps)
+            ):
+                known.valid_at = view.version
+                ref, member = known.ref, known.member
+            else:
+                ref, member = self._member(view, pod, context)
             if ref is None or member is None:
                 continue
             affinity = placed.of(pod) if placed is not None else ANY_NODE
             if member.affinity != affinity:
                 member = replace(member, affinity=affinity)
                 known = self._members.get(_key(pod))
+                known = self._members.get(_key(pod))
                 if known is not None and known.pod is pod:  # the same Member object next time
-                    self._members.put(_key(pod), replace(known, member=member))
+                    known.member = member
             gangs.setdefault(ref.key, Gang(ref)).members.append(member)
         return list(gangs.values())
 
@@ -219,18 +272,29 @@ class Decider:
         with self._lock:
             if self._plan_cache and self._plan_cache[0] == cache_key and now < self._plan_cache[1].valid_until:
                 return self._plan_cache[1]
-            clocks, memo = self._clocks, self._memo
+            clocks, memo, memo_at = self._clocks, self._memo, self._memo_at
+        changes = view.changes(memo_at) if memo is not None else None
+        changed = None if changes is None else {key[1] for kind, key in changes if kind in ("node", "usage")}
         gangs = self.gangs(view, pod)
         # Room for every (node, gang) fit of one plan, so the next finds all those it did not change.
         wanted = 2 * len(view.nodes) * (len(gangs) + 1)
         self.matcher.fits.capacity = min(max(Matcher.FIT_CACHE_SIZE, wanted), self.FIT_CACHE_MAX)
         result = plan_cluster(
-            view.nodes, view.usage, gangs, self.matcher, now=now, limits=self.limits, clocks=clocks, memo=memo
+            view.nodes,
+            view.usage,
+            gangs,
+            self.matcher,
+            now=now,
+            limits=self.limits,
+            clocks=clocks,
+            memo=memo,
+            changed=changed,
         )
         with self._lock:
             self._plan_cache = (cache_key, result)
             self._clocks = result.clocks
             self._memo = result.memo
+            self._memo_at = view.version
             self._log_changes(result)
         return result
 
@@ -294,12 +358,22 @@ class Decider:
             return dict.fromkeys(names, 0)
         # A gang member is scored on real usage: the capacity held for its own gang is meant for it.
         usage = view.usage if self.gang(view, pod) else self.plan(view, pod, time.time()).held
-        return {name: self._score(view.nodes[name], usage[name], demand) if name in view.nodes else 0 for name in names}
-
-    def _score(self, node: Node, usage: Usage, demand: Demand) -> int:
-        cached = self._scores.get(node.name)
-        if cached and cached[0] is node and cached[1] is usage and cached[2] == demand:
-            return cached[3]
-        value = score(node, usage, demand, self.matcher, self.config.weights)
-        self._scores[node.name] = (node, usage, demand, value)
-        return value
+        known = self._scores.get(demand)
+        if known is None or len(known) > 2 * len(view.nodes):
+            known = {}
+            self._scores.put(demand, known)
+        scores = {}
+        for name in names:
+            node = view.nodes.get(name)
+            if node is None:
+                scores[name] = 0
+                continue
+            used = usage[name]
+            cached = known.get(name)
+            if cached is not None and cached[0] is node and cached[1] is used:
+                scores[name] = cached[2]
+                continue
+            value = score(node, used, demand, self.matcher, self.config.weights)
+            known[name] = (node, used, value)
+            scores[name] = value
+        return scores

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -654,18 +654,29 @@ class _Incremental:
     time. `dirty` holds the nodes whose usage, at this point of planning, differs from last time's
     at the same point: only those are looked at, so an unchanged plan costs a pass over the nodes."""
 
-    def __init__(self, memo: PlanMemo | None, nodes: dict[str, Node], usage: dict[str, Usage], limits: Limits) -> None:
+    def __init__(
+        self,
+        memo: PlanMemo | None,
+        nodes: Mapping[str, Node],
+        usage: Mapping[str, Usage],
+        limits: Limits,
+        changed: Collection[str] | None = None,
+    ) -> None:
         same = memo is not None and memo.limits == limits and _same_objects(memo.nodes, nodes)
         self.memo = memo if same else None
         self.base_dirty: frozenset[str] = frozenset()
         self.dirty: set[str] = set()
+        # The usage at this point of the last plan, where it differs from the memo's base usage.
         self.previous: dict[str, Usage] = {}
+        self.before: Mapping[str, Usage] = {}
         if self.memo is not None:
-            before = self.memo.usage
-            self.dirty = {name for name, used in usage.items() if before.get(name) is not used}
-            self.dirty.update(name for name in before if name not in usage)
+            before = self.before = self.memo.usage
+            if changed is not None:  # the caller knows which names may differ: only those are compared
+                self.dirty = {name for name in changed if before.get(name) is not usage.get(name)}
+            else:
+                self.dirty = {name for name, used in usage.items() if before.get(name) is not used}
+                self.dirty.update(name for name in before if name not in usage)
             self.base_dirty = frozenset(self.dirty)
-            self.previous = dict(before)
         self.index = 0
         self.records: list[_Record] = []
 
@@ -687,6 +698,14 @@ class _Incremental:
         """`_hold_clock`, looking only at the nodes whose usage changed when the gang's last clock
         is the one this memo made and the gang is unchanged."""
         seen = self.seen(gang)
+        # The same members since this clock was made: it holds on until it expires.
+        if (
+            seen is not None
+            and previous is seen.clock
+            and not previous.expired
+            and kw["now"] - previous.since <= kw["timeout"]
+        ):
+            return previous
         if seen is None or previous is not seen.clock or not previous.expired:
             return _hold_clock(gang, previous, nodes, usage, **kw)
         # The clock's usage covers the nodes the gang itself may use; unchanged ones are the same objects.
@@ -720,7 +739,7 @@ class _Incremental:
         before = self.memo.records[self.index]
         self.index += 1
         for name in record.changed.keys() | before.changed.keys():
-            then = before.changed.get(name, self.previous.get(name))
+            then = before.changed.get(name, self.previous.get(name, self.before.get(name)))
             if then is not None:
                 self.previous[name] = then
             if record.changed.get(name, working.get(name)) is then:
@@ -744,15 +763,17 @@ def plan_cluster(
     clocks: Mapping[str, HoldClock] | None = None,
     clock: Callable[[], float] = time.monotonic,
     memo: PlanMemo | None = None,
+    changed: Collection[str] | None = None,
 ) -> ClusterPlan:
     """Plans for all gangs; `held` is what pods outside these gangs may still use.
 
     `clocks` are the hold clocks the previous plan returned (none after a restart); `clock`
     measures the planning budget. `memo` is the previous plan's `memo`: with it, only the gangs
     whose members, or the usage of nodes they may use, changed are planned again; the result is
-    the same as without it."""
+    the same as without it. `changed`, when given, names every node whose node or usage object may
+    differ from the memo's (from the watches' journal): only those are compared with it."""
     clocks = clocks or {}
-    incremental = _Incremental(memo, nodes, usage, limits)
+    incremental = _Incremental(memo, nodes, usage, limits, changed)
     held = dict(usage)
     holders: dict[str, list[str]] = defaultdict(list)
     plans: dict[str, Plan] = {}

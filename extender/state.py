@@ -3,13 +3,20 @@
 Raw objects are kept as dicts; node models and usage are rebuilt lazily, per node, when a slice,
 node or claim of that node changed. A restarted extender lists everything again and gets the same
 view: nothing needed for correctness lives only in memory.
+
+Views are snapshots shared between calls: a kind's mapping is copied only when that kind changed
+since the last view, and node models and usage are published copy-on-write, so an unchanged
+mapping is the very same object in the next view. A bounded journal says which objects, node
+models and usages changed between two versions, so readers look at those instead of every node.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import threading
+from bisect import bisect_right
 from collections import defaultdict
 from typing import Any
 
@@ -42,6 +49,9 @@ CUSTOM_RESOURCES: dict[str, Resource] = {
     )
 }
 Key = tuple[str, str]
+Change = tuple[str, Key]  # (kind, key); node models are kind "node" and usage "usage", key ("", node name)
+JOURNALED = frozenset({"pods", "resourceclaims", "resourceclaimtemplates"})
+SNAPSHOT_KINDS = ("pods", "resourceclaims", "resourceclaimtemplates")
 OPTIONAL_KIND_RETRY_S = 5.0  # a JobSet created right after its CRD waits at most this long
 
 
@@ -92,6 +102,37 @@ class ClusterState:
         # inter-pod (anti-)affinity: readers look at these, not at every pod.
         self._gang_pods: dict[Key, None] = {}
         self._affinity_pods: set[Key] = set()
+        # What the last view handed out, replaced (never changed) when something changed since.
+        self._snapshots: dict[str, dict[Key, dict[str, Any]]] = {}
+        self._nodes_view: dict[str, Node] = {}
+        self._usage_view: dict[str, Usage] = {}
+        self._view: ClusterView | None = None
+        # The journal: (version, change) in version order, at most JOURNAL_MAX entries; changes at
+        # or before `_journal_floor` are no longer listed (readers then look at everything).
+        self._journal_versions: list[int] = []
+        self._journal_changes: list[Change] = []
+        self._journal_floor = 0
+
+    JOURNAL_MAX = 65_536
+
+    def _note(self, change: Change, version: int) -> None:
+        self._journal_versions.append(version)
+        self._journal_changes.append(change)
+        if len(self._journal_versions) > self.JOURNAL_MAX:
+            drop = len(self._journal_versions) // 2
+            self._journal_floor = self._journal_versions[drop - 1]
+            del self._journal_versions[:drop]
+            del self._journal_changes[:drop]
+
+    def changes(self, since: int, upto: int) -> set[Change] | None:
+        """What changed after version `since` up to `upto` (journaled kinds, node models, usage),
+        or None when the journal no longer reaches back that far."""
+        with self.lock:
+            if since < self._journal_floor or since > upto:
+                return None
+            low = bisect_right(self._journal_versions, since)
+            high = bisect_right(self._journal_versions, upto)
+            return set(self._journal_changes[low:high])
 
     def missing(self) -> list[str]:
         """Required kinds not listed yet, for /readyz to name."""
@@ -108,6 +149,13 @@ class ClusterState:
                 self._store(kind, item)
             self._synced.add(kind)
             self.version += 1
+            self._journal_floor = self.version  # a whole kind replaced: readers look at everything
+            self._journal_versions.clear()
+            self._journal_changes.clear()
+            if not self.missing():
+                # The listed objects live as long as the state: the cyclic collector need not walk
+                # them again (a full collection over them stalls a call for up to a second).
+                gc.freeze()
 
     def absent(self, kind: str) -> None:
         """The API does not serve optional `kind` (its CRD is not installed): it has no objects,
@@ -133,7 +181,14 @@ class ClusterState:
     def _forget(self, kind: str, key: Key) -> None:
         old = self.objects[kind].pop(key, None)
         if old is not None:
+            self._changed(kind, key)
             self._touch(kind, key, old)
+
+    def _changed(self, kind: str, key: Key) -> None:
+        self._snapshots.pop(kind, None)
+        self._view = None
+        if kind in JOURNALED:
+            self._note((kind, key), self.version + 1)
 
     def _store(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "pods" and not _relevant_pod(obj):
@@ -142,6 +197,7 @@ class ClusterState:
         key = _key(obj)
         old = self.objects[kind].get(key)
         self.objects[kind][key] = obj
+        self._changed(kind, key)
         if old is not None:
             self._touch(kind, key, old)
         self._touch(kind, key, obj, stored=True)
@@ -178,17 +234,32 @@ class ClusterState:
     # -- reading -------------------------------------------------------------------------------
 
     def _rebuild(self) -> None:
+        """Node models and usage of the nodes touched since the last view; the published mappings
+        are replaced by updated copies (a view holds the old ones), and each change is journaled."""
+        if not self._dirty_nodes and not self._dirty_usage:
+            return
+        nodes: dict[str, Node | None] = {}
+        usage: dict[str, Usage | None] = {}
         for name in self._dirty_nodes:
             node_object = self.objects["nodes"].get(("", name))
             if node_object is None:
-                self._nodes.pop(name, None)
-                self._usage.pop(name, None)
+                if name in self._nodes:
+                    nodes[name] = usage[name] = None
                 continue
-            self._nodes.update(nodes_from([node_object], list(self._slices_by_node[name].values()), self.driver))
+            nodes.update(nodes_from([node_object], list(self._slices_by_node[name].values()), self.driver))
             self._dirty_usage.add(name)
         self._dirty_nodes.clear()
+        for name, node in nodes.items():
+            if node is None:
+                self._nodes.pop(name, None)
+                self._usage.pop(name, None)
+            else:
+                self._nodes[name] = node
+            self._note(("node", ("", name)), self.version)
         for name in self._dirty_usage:
             if name not in self._nodes:
+                if self._usage.pop(name, None) is not None:
+                    usage[name] = None
                 continue
             claims = [
                 self.objects["resourceclaims"][k]
@@ -197,29 +268,50 @@ class ClusterState:
             ]
             rebuilt = usage_from(claims, {name: self._nodes[name]}, self.driver)[name]
             if self._usage.get(name) != rebuilt:  # an update that changes nothing keeps the object
-                self._usage[name] = rebuilt
+                self._usage[name] = usage[name] = rebuilt
         self._dirty_usage.clear()
+        for name in usage:
+            self._note(("usage", ("", name)), self.version)
+        if nodes:
+            self._nodes_view = dict(self._nodes)
+        if usage:
+            self._usage_view = dict(self._usage)
+        if nodes or usage:
+            self._view = None
+
+    def _snapshot(self, kind: str) -> dict[Key, dict[str, Any]]:
+        snapshot = self._snapshots.get(kind)
+        if snapshot is None:
+            snapshot = self._snapshots[kind] = dict(self.objects[kind])
+        return snapshot
 
     def view(self) -> ClusterView:
+        """The view at the current version: the same object until something changes; mappings of
+        kinds that did not change are shared with the previous view."""
         with self.lock:
             self._rebuild()
+            if self._view is not None and self._view.version == self.version:
+                return self._view
             pod_groups = {
                 key: int((group.get("spec") or {}).get("minMember") or 0)
                 for key, group in self.objects["podgroups"].items()
             }
-            return ClusterView(
-                version=self.version,
-                nodes=dict(self._nodes),
-                usage=dict(self._usage),
-                pods=dict(self.objects["pods"]),
-                claims=dict(self.objects["resourceclaims"]),
-                templates=dict(self.objects["resourceclaimtemplates"]),
+            version = self.version
+            self._view = ClusterView(
+                version=version,
+                nodes=self._nodes_view,
+                usage=self._usage_view,
+                pods=self._snapshot("pods"),
+                claims=self._snapshot("resourceclaims"),
+                templates=self._snapshot("resourceclaimtemplates"),
                 classes={k[1]: v for k, v in self.objects["deviceclasses"].items()},
                 jobsets={key: JobSetShape.from_api(obj) for key, obj in self.objects["jobsets"].items()},
                 pod_group_min=pod_groups,
                 gang_pods=tuple(self._gang_pods),
                 affinity_pods=frozenset(self._affinity_pods),
+                changes=lambda since: self.changes(since, version),
             )
+            return self._view
 
 
 def _lister(api: client.ApiClient, kind: str) -> Any:

@@ -6,6 +6,7 @@ reads it; neither owns the other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,3 +32,10 @@ class ClusterView:
     # as the watches index them; None: not indexed, readers look at every pod.
     gang_pods: tuple[tuple[str, str], ...] | None = None
     affinity_pods: frozenset[tuple[str, str]] | None = None
+    # What changed after a version up to this view's: {(kind, key)} for pods, resourceclaims,
+    # resourceclaimtemplates, node models ("node", ("", name)) and usage ("usage", ("", name));
+    # None when not known (no journal, or it no longer reaches back): readers look at everything.
+    # The mappings above are never changed once handed out: the state replaces them.
+    changes: Callable[[int], set[tuple[str, tuple[str, str]]] | None] = field(
+        default=lambda since: None, compare=False, repr=False
+    )

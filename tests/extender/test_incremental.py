@@ -16,6 +16,7 @@ from extender.cel_eval import Selectors
 from extender.config import RACK_LABEL, ExtenderConfig
 from extender.decide import Decider
 from extender.planner import ClusterPlan, plan_cluster
+from extender.scoring import score
 from extender.state import ClusterState
 from tests import builders
 from tests.builders import CREATED, DRIVER, claimed_pod, gang_labels
@@ -182,3 +183,44 @@ def test_a_plan_is_not_reused_when_something_it_depends_on_changed(event: str) -
     after = decider.plan(view, cluster.single, SOON)
     _same_plan(after, Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
     assert after.plans != before.plans or after.held != before.held
+
+
+@pytest.mark.parametrize("seed", [8, 9])
+def test_cached_members_and_scores_equal_a_fresh_deciders_over_random_events(seed: int) -> None:
+    """Members taken from the last pass by the watches' journal, and node scores remembered per
+    demand, are what a fresh Decider works out from the same view."""
+    cluster = Cluster(seed)
+    decider = Decider(ExtenderConfig())
+    names = sorted(cluster.state.view().nodes)
+    member_key = next(key for key in cluster.state.objects["pods"] if key[1].startswith("pending"))
+    for _ in range(40):
+        cluster.step()
+        view = cluster.state.view()
+        fresh = Decider(ExtenderConfig())
+        assert decider.gangs(view, cluster.single) == fresh.gangs(view, cluster.single)
+        member = view.pods[member_key]
+        assert decider.prioritize(view, member, names) == fresh.prioritize(view, member, names)
+        # A pod outside a gang is scored on the usage its plan holds (which, with hold clocks kept
+        # across plans, a fresh Decider need not share): the scores of that very usage.
+        scores = decider.prioritize(view, cluster.single, names)
+        assert decider._plan_cache is not None
+        held = decider._plan_cache[1].held
+        demand = decider.demand(view, cluster.single)
+        weights = decider.config.weights
+        assert scores == {name: score(view.nodes[name], held[name], demand, decider.matcher, weights) for name in names}
+
+
+def test_the_journal_names_what_changed_and_gives_up_past_its_floor() -> None:
+    cluster = Cluster(10)
+    before = cluster.state.view()
+    cluster.free()
+    cluster.touch_claim()
+    after = cluster.state.view()
+    changes = after.changes(before.version)
+    assert changes is not None
+    assert {kind for kind, _ in changes} == {"resourceclaims", "usage"}
+    assert after.changes(before.version - 1) is None, "before the last LIST: not known"
+    assert after.changes(after.version) == set()
+    unchanged = cluster.state.view()
+    assert unchanged is after, "no event since: the same view"
+    assert after.pods is before.pods, "only claims changed: the pods mapping is shared"

@@ -27,8 +27,8 @@ def listed(claims: Sequence[dict[str, Any]] = (CLAIM_ON_A,)) -> ClusterState:
 
 
 def contents(view: ClusterView) -> dict[str, Any]:
-    """Everything a decision reads; the version only says that something changed."""
-    return {name: value for name, value in asdict(view).items() if name != "version"}
+    """Everything a decision reads; the version and the journal only say what changed."""
+    return {name: value for name, value in asdict(view).items() if name not in ("version", "changes")}
 
 
 def slice_of(node: str) -> dict[str, Any]:
