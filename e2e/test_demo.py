@@ -10,12 +10,15 @@ from pathlib import Path
 from kubernetes import client, config
 
 from extender.config import RACK_LABEL
+from extender.gang import JOBSET_NAME, LWS_NAME
 from kube.pods import pod_claim_names
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands
 from nativedra.cluster.controlplane import stop_recorded
 from nativedra.demo.clustermap import read_map
 from nativedra.demo.workloads import DEMO_NAMESPACE
+
+JOB_KEY = "jobset.sigs.k8s.io/job-key"
 
 
 def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
@@ -31,7 +34,7 @@ def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
         assert run.returncode == 0, run.stderr[-3000:]
         api = config.new_client_from_config(config_file=str(state / "admin.kubeconfig"))
         pods = client.CoreV1Api(api).list_namespaced_pod(DEMO_NAMESPACE).items
-        assert len(pods) == 16, "7 example pods, gangs of 4, 2 and 3 pods"
+        assert len(pods) == 16, "7 example pods, a JobSet of 4, a LeaderWorkerSet group of 2, a gang of 3"
         cluster_map = read_map(api)
         holders = {
             pod: (node.name, gpu.index)
@@ -60,10 +63,16 @@ def test_demo_places_every_example_and_its_map_matches_the_api() -> None:
         racks = {
             node.metadata.name: node.metadata.labels.get(RACK_LABEL) for node in client.CoreV1Api(api).list_node().items
         }
-        train = [pod for pod in pods if pod.metadata.name.startswith("train-")]
-        assert all(pod.spec.node_name for pod in train), f"training gang pods pending: {pending}"
-        train_racks = {racks[pod.spec.node_name] for pod in train}
-        assert len(train_racks) == 1, f"the training gang must share one rack, got {train_racks}"
+        train = [pod for pod in pods if (pod.metadata.labels or {}).get(JOBSET_NAME) == "train"]
+        assert len(train) == 4 and all(pod.spec.node_name for pod in train), f"JobSet pods pending: {pending}"
+        racks_per_job: dict[str, set[str]] = {}
+        for pod in train:
+            racks_per_job.setdefault(pod.metadata.labels[JOB_KEY], set()).add(racks[pod.spec.node_name])
+        assert sorted(map(sorted, racks_per_job.values())) == [["rack-a"], ["rack-b"]], (
+            f"one rack per Job: {racks_per_job}"
+        )
+        serve = [pod for pod in pods if (pod.metadata.labels or {}).get(LWS_NAME) == "serve"]
+        assert len(serve) == 2 and all(pod.spec.node_name for pod in serve), f"LWS group pending: {pending}"
         assert all(f"{DEMO_NAMESPACE}/pretrain-{i}" in pending for i in range(3)), "the too-big gang waits whole"
         assert "needs 3 more pod(s) x 4 device(s) in one nativedra.dev/rack" in pending[f"{DEMO_NAMESPACE}/pretrain-0"]
         svg = (state / "cluster-map.svg").read_text()

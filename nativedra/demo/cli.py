@@ -26,8 +26,9 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "demo",
         help="local cluster + simulated GPU nodes + examples, then a map of the placements",
         description="Starts the local control plane, five simulated GPU nodes (2 racks x 2 nodes of 8x H100, "
-        "one node of 4x L4 in consumable-share mode) each with a real plugin process, applies the examples and "
-        "prints which pod holds which GPU. Leaves it running; stop with `nativedra cluster down`.",
+        "one node of 4x L4 in consumable-share mode) each with a real plugin process, the real extender and the "
+        "real JobSet and LeaderWorkerSet controllers, applies the examples and prints which pod holds which GPU. "
+        "Leaves it running; stop with `nativedra cluster down`.",
     )
     add_flag(demo, "--state-dir", type=Path, default=default_state_dir(), help="cluster files and logs")
     demo.set_defaults(handler=_demo)

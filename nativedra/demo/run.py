@@ -15,6 +15,7 @@ from kubernetes import client, config
 
 from extender.config import RACK_LABEL, ZONE_LABEL
 from nativedra.cluster import ControlPlane, commands, create_fake_node, wait_for
+from nativedra.cluster.addons import JOBSET, LWS, start_addon
 from nativedra.cluster.cli import start_detached
 from nativedra.cluster.commands import NodeDirs
 from nativedra.cluster.controlplane import free_port, stop_recorded
@@ -22,7 +23,7 @@ from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.cluster.waits import http_ok
 from nativedra.demo.clustermap import read_map, render_svg, render_text
 from nativedra.demo.kubelet_step import play_kubelet
-from nativedra.demo.workloads import DEMO_NAMESPACE, apply_examples, gang_workloads, settled
+from nativedra.demo.workloads import DEMO_NAMESPACE, apply_examples, bound_pods, gang_workloads, settled
 from nativedra.kubelet_client import make_dev_tree
 from nativedra.objects import apply_file, device_classes, published_devices
 
@@ -69,6 +70,9 @@ def start_cluster(state_dir: Path) -> tuple[ControlPlane, client.ApiClient, int]
     extender = commands.extender(plane.kubeconfig, port, "--insecure-http")  # loopback only: see scheduler_extra
     plane.spawn("extender", Path(extender[0]), extender[1:])
     apply_file(api, device_classes())
+    for addon in (JOBSET, LWS):
+        _say(f"starting the {addon.name} controller {addon.version} with its webhooks (built once)...")
+        start_addon(plane, api, addon)
     return plane, api, port
 
 
@@ -90,6 +94,20 @@ def start_nodes(
     return dirs, devices_made
 
 
+def _settle(api: client.ApiClient, what: str, quiet_s: float = 3.0) -> None:
+    """Every pod bound or judged, and no new binding for `quiet_s`: a pod the scheduler judged
+    once (e.g. while capacity was held for a gang) is often placed on its next try."""
+    wait_for(lambda: settled(api), 90, what)
+    deadline = time.monotonic() + 60
+    seen = bound_pods(api)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = bound_pods(api)
+        if now == seen and settled(api):
+            return
+        seen = now
+
+
 def place_workloads(api: client.ApiClient, extender_port: int) -> None:
     client.CoreV1Api(api).create_namespace({"metadata": {"name": DEMO_NAMESPACE}})
     wait_for(
@@ -99,9 +117,9 @@ def place_workloads(api: client.ApiClient, extender_port: int) -> None:
     )
     wait_for(lambda: http_ok(f"http://127.0.0.1:{extender_port}/readyz"), 60, "the extender to sync")
     gang_workloads(api)  # first, so the map shows their domains decided before the examples arrive
-    wait_for(lambda: settled(api), 90, "the gangs to be placed or judged")
+    _settle(api, "the gangs to be placed or judged")
     apply_examples(api)
-    wait_for(lambda: settled(api), 90, "every demo pod to be scheduled or judged unschedulable")
+    _settle(api, "every demo pod to be scheduled or judged unschedulable")
 
 
 def report(api: client.ApiClient, state_dir: Path) -> None:

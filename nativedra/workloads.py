@@ -1,5 +1,5 @@
-"""JobSets and LeaderWorkerSets for e2e, created through the real controllers (started with
-`nativedra.cluster.addons`), each pod asking for GPUs through a claim template."""
+"""JobSets and LeaderWorkerSets for the demo and the tests, run by their real controllers
+(`nativedra cluster up --with jobset,lws`), each pod asking for GPUs through a claim template."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ from typing import Any
 
 from kubernetes import client
 
-from kube.resources import JOBSETS, Resource
-
-LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", namespaced=True)
-JOBSET_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
-LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+from extender.gang import JOBSET_EXCLUSIVE, LWS_EXCLUSIVE
+from kube.resources import JOBSETS, LEADER_WORKER_SETS
 
 
 @dataclass(frozen=True)
