@@ -10,13 +10,14 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from bench import bench_extender, bench_prepare, bench_slices
+from bench import bench_extender, bench_prepare, bench_scheduler, bench_slices
 from nativedra.cluster import ControlPlane, resolve
 
 BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]] = {
     "slices": lambda api, _plane: bench_slices.run(api),
     "prepare": lambda api, plane: bench_prepare.run(api, plane.kubeconfig),
     "extender": bench_extender.run,
+    "scheduler": bench_scheduler.run,
 }
 
 

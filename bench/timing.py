@@ -28,6 +28,11 @@ class Timing:
         ordered = sorted(self.samples_s)
         return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] * 1000
 
+    @property
+    def max_ms(self) -> float:
+        """The slowest sample: with a handful of samples (e.g. 4 gangs) a p99 says nothing more."""
+        return max(self.samples_s) * 1000
+
     def figures(self, baseline: Timing) -> dict[str, Any]:
         """The timing for a results file, with the ratio `report` prints (p50 over the baseline's p50)."""
         ratio = self.p50_ms / baseline.p50_ms if baseline.p50_ms else None

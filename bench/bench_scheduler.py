@@ -1,0 +1,374 @@
+"""Real kube-scheduler throughput on a busy cluster, without the extender and with it, in one run.
+
+Two sizes, 100 and 500 fake nodes of 8 A100s (fractions off), 16 to a rack (`nativedra.dev/rack`),
+their ResourceSlices published from this process by the plugin's own builder and publisher. Before
+anything is measured the cluster is made busy: every node outside the whole racks the gangs need
+runs one pod holding all 8 of its GPUs (68% of the GPUs at either size). Those pods are bound
+directly and their claims allocated by writing the claim status as the scheduler's allocator would
+(devices, node selector, reservedFor the pod). That costs one pod and one claim per node instead of
+a scheduling pass, and both modes start from exactly the same objects: no scheduler's choices
+decide what the measured one starts from.
+
+Each size runs two workloads, each in a fresh namespace that is deleted (and waited out) before the
+next, so every workload starts from the same busy state: first with the scheduler alone, then on
+the same nodes with the scheduler restarted to call a `nativedra extender` process over mutual TLS,
+wired as `e2e.extender_harness` wires it (which also sets percentageOfNodesToScore: 100; at these
+sizes the scheduler alone looks at every node anyway). The scheduler is restarted for both modes, so
+both start with fresh caches and queues, and both lift its client rate limit (CLIENT).
+
+- gangs: gangs of 8 pods x 8 GPUs requiring one rack; per gang the seconds from its first pod's
+  creation to its last member bound, how many complete within GANG_WAIT_S, how many end partly
+  placed, and how many complete ones sit in one rack (without the extender nothing asks for one).
+- pods: 1-GPU pods created by WORKERS threads; pods/s from the first create to the last bind.
+
+Bind times come from a watch on the namespace rather than from polled LISTs, which would load the
+API server the scheduler shares the two cores with. Figures go to bench-results/scheduler.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Generator, Iterator, Set
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.watch.watch import iter_resp_lines
+
+from bench.timing import Timing, write_results
+from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.inventory import Inventory
+from dra_driver.publish_config import PublishConfig
+from dra_driver.publisher import SlicePublisher
+from dra_driver.slices import build_slices
+from e2e.extender_harness import GPU_CLASS, ExtenderCluster, fresh_namespace, gang_pods
+from extender.config import RACK_LABEL
+from extender.gang import TOPOLOGY_REQUIRED
+from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
+from nativedra.cluster import ControlPlane, create_fake_node, wait_for
+from nativedra.cluster.controlplane import free_port
+from nativedra.cluster.pki import extender_tls
+from nativedra.cluster.scheduler_config import scheduler_extra
+from nativedra.objects import apply_file, claim_template, create_claim, device_classes, gpu_pod, request
+
+RACK_SIZE = 16
+GANG_SIZE = 8
+GPUS = 8  # per node (a100-8x), and per gang member: a member takes a whole node
+WORKERS = 4  # client threads creating objects: enough to stay ahead of the scheduler on 2 cores
+GANG_WAIT_S = 120.0  # a gang that never completes (no room, or a deadlock) costs this much, no more
+PODS_WAIT_S = 300.0
+CLEANUP_WAIT_S = 180.0
+WATCH_S = 30  # one watch request's server-side timeout; the watch is re-opened until stopped
+MODES = ("without", "with")
+# Watch errors that a new list and watch cure: 410 Gone (resourceVersion compacted away) and 504
+# (the watch cache has not yet reached the resourceVersion the list returned).
+RESUMABLE = (410, 504)
+# kube-scheduler's default client limit (50 requests/s, bursts of 100) caps DRA pods at about
+# 11 pods/s here with or without the extender (each pod costs a claim status write, a binding and
+# events), which hides what the scheduler and the extender themselves cost; both modes lift it.
+CLIENT = {"clientConnection": {"qps": 1000, "burst": 2000}}
+
+
+@dataclass(frozen=True)
+class Size:
+    nodes: int
+    pods: int  # 1-GPU pods of the throughput workload
+    gangs: int
+
+    @property
+    def free_racks(self) -> int:
+        """Whole racks left free for the gangs: two gangs of 8 nodes fill a rack of 16."""
+        return -(-self.gangs * GANG_SIZE // RACK_SIZE)
+
+    @property
+    def busy_nodes(self) -> int:
+        return self.nodes - self.free_racks * RACK_SIZE
+
+
+# At 100 nodes the workloads shrink to fit the 32 free nodes (256 GPUs).
+SIZES = (Size(100, pods=200, gangs=4), Size(500, pods=1000, gangs=20))
+
+
+class Bindings:
+    """When each pod of one namespace was first seen bound, and where, from a watch."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.at: dict[str, float] = {}
+        self.node: dict[str, str] = {}
+        self._changed = threading.Condition()
+        self._stopped = threading.Event()
+        self._response: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"watch-{namespace}", daemon=True)
+
+    def __enter__(self) -> Bindings:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stopped.set()
+        if self._response is not None:
+            self._response.close()  # ends the reader's blocking read now, not at WATCH_S
+        self._thread.join(WATCH_S + 5)
+
+    def wait(self, names: Set[str], timeout_s: float) -> None:
+        """Until every pod of `names` is bound or `timeout_s` passes; a failed watch is raised."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._error is not None or self.at.keys() >= names, max(timeout_s, 0))
+        if self._error is not None:
+            raise RuntimeError(f"the pod watch on {self.namespace} failed") from self._error
+
+    def snapshot(self) -> tuple[dict[str, float], dict[str, str]]:
+        """Copies of pod -> bind time and pod -> node, consistent with each other."""
+        with self._changed:
+            return dict(self.at), dict(self.node)
+
+    def _run(self) -> None:
+        try:
+            version = ""
+            while not self._stopped.is_set():
+                if not version:  # list, then watch from there (the namespace is new: a small list)
+                    listed = self.core.list_namespaced_pod(self.namespace)
+                    for pod in listed.items:
+                        self._seen(pod.metadata.name, pod.spec.node_name)
+                    version = listed.metadata.resource_version
+                self._response = self.core.list_namespaced_pod(
+                    self.namespace,
+                    watch=True,
+                    resource_version=version,
+                    timeout_seconds=WATCH_S,
+                    _preload_content=False,
+                )
+                # Line by line as chunks arrive: iterating the response itself waits for 64 KiB.
+                for line in iter_resp_lines(self._response):
+                    version = self._event(json.loads(line)) if line else version
+        except Exception as error:  # noqa: BLE001 - handed to the waiting thread
+            if not self._stopped.is_set():
+                with self._changed:
+                    self._error = error
+                    self._changed.notify_all()
+
+    def _event(self, event: dict[str, Any]) -> str:
+        """The resourceVersion to resume from; "" to list again after a watch error that says so."""
+        obj = event["object"]
+        if event["type"] == "ERROR":
+            if obj.get("code") not in RESUMABLE:
+                raise RuntimeError(f"pod watch: {obj.get('message')}")
+            time.sleep(1)  # both codes ask for a pause before the next try
+            return ""
+        self._seen(obj["metadata"]["name"], obj["spec"].get("nodeName"))
+        return str(obj["metadata"]["resourceVersion"])
+
+    def _seen(self, name: str, node: str | None) -> None:
+        if node and name not in self.at:
+            with self._changed:
+                self.at[name] = time.perf_counter()
+                self.node[name] = node
+                self._changed.notify_all()
+
+
+def _absent(probe: Any, *args: Any) -> bool:
+    try:
+        probe(*args)
+    except client.ApiException as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
+
+
+@contextlib.contextmanager
+def _workload_namespace(api: client.ApiClient, prefix: str) -> Iterator[str]:
+    """A fresh namespace; afterwards its pods are force-deleted and the namespace waited out, so
+    its claims are gone and the next workload starts from the same busy state."""
+    core = client.CoreV1Api(api)
+    with fresh_namespace(api, prefix) as namespace:
+        yield namespace
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    wait_for(lambda: _absent(core.read_namespace, namespace), CLEANUP_WAIT_S, f"namespace {namespace} deleted")
+
+
+def _node(api: client.ApiClient, inventory: Inventory, name: str, rack: str) -> None:
+    create_fake_node(api, name, {RACK_LABEL: rack})
+    SlicePublisher(api, name).reconcile(build_slices(inventory, PublishConfig(fractions=()), name))
+
+
+def _occupy(api: client.ApiClient, namespace: str, node: str) -> None:
+    """`node` runs one pod holding all its GPUs: bound, its claim allocated and reserved for it."""
+    claim = create_claim(api, namespace, node, [request("gpus", GPU_CLASS, count=GPUS)])
+    spec = {
+        "nodeName": node,
+        "containers": [
+            {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
+        ],
+        "resourceClaims": [{"name": "gpus", "resourceClaimName": node}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    pod = client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": {"name": node}, "spec": spec})
+    results = [{"request": "gpus", "driver": GPU_CLASS, "pool": node, "device": f"gpu-{i}"} for i in range(GPUS)]
+    only_node = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    claim["status"] = {
+        "allocation": {"devices": {"results": results}, "nodeSelector": {"nodeSelectorTerms": [only_node]}},
+        "reservedFor": [{"resource": "pods", "name": node, "uid": pod.metadata.uid}],
+    }
+    RESOURCE_CLAIMS.replace_status(api, node, claim, namespace)
+
+
+@contextlib.contextmanager
+def _busy_cluster(api: client.ApiClient, size: Size) -> Iterator[dict[str, str]]:
+    """`size.nodes` GPU nodes, all but `size.free_racks` whole racks fully busy; yields node -> rack.
+    Afterwards the busy pods, the nodes and their slices (owned by the nodes) are deleted and
+    waited out, so the next size starts from an empty cluster."""
+    inventory = load_profile(resolve_profile("a100-8x"))
+    rack_of = {f"s{size.nodes}-n{i:04d}": f"s{size.nodes}-rack-{i // RACK_SIZE:02d}" for i in range(size.nodes)}
+    busy = list(rack_of)[size.free_racks * RACK_SIZE :]
+    core = client.CoreV1Api(api)
+    with ThreadPoolExecutor(WORKERS) as pool, fresh_namespace(api, f"busy-{size.nodes}") as namespace:
+        list(pool.map(lambda item: _node(api, inventory, *item), rack_of.items()))
+        list(pool.map(lambda node: _occupy(api, namespace, node), busy))
+        try:
+            yield rack_of
+        finally:
+            core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+            list(pool.map(core.delete_node, rack_of))
+    wait_for(lambda: _absent(core.read_namespace, namespace), CLEANUP_WAIT_S, f"namespace {namespace} deleted")
+    wait_for(lambda: not RESOURCE_SLICES.list(api, limit=1)["items"], CLEANUP_WAIT_S, "the nodes' slices deleted")
+
+
+@contextlib.contextmanager
+def _scheduler(plane: ControlPlane, api: client.ApiClient, scratch: Path, mode: str) -> Iterator[None]:
+    """A freshly started scheduler, alone or calling a fresh extender process over mutual TLS;
+    afterwards the scheduler runs alone again, as the other benchmarks expect."""
+    if mode == "without":
+        plane.restart_scheduler(CLIENT)
+        yield
+        return
+    scratch.mkdir(parents=True)
+    tls = extender_tls(scratch / "tls")
+    config_file = scratch / "extender.yaml"
+    config_file.write_text(yaml.safe_dump({}))
+    extender = ExtenderCluster(plane, api, free_port(), free_port(), tls, config_file, scratch / "extender.log")
+    extender.start_extender()
+    try:
+        plane.restart_scheduler({**scheduler_extra(extender.port, tls), **CLIENT})
+        yield
+    finally:
+        extender.kill_extender()
+        plane.restart_scheduler({})
+
+
+def _gangs(api: client.ApiClient, namespace: str, count: int, rack_of: dict[str, str]) -> dict[str, Any]:
+    """`count` gangs requiring one rack, created one after another; waits until all are bound or
+    GANG_WAIT_S after the first was created."""
+    annotations = {TOPOLOGY_REQUIRED: RACK_LABEL}
+    started: dict[str, float] = {}
+    members: dict[str, list[str]] = {}
+    with Bindings(api, namespace) as bindings:
+        for index in range(count):
+            gang = f"g{index:02d}"
+            started[gang] = time.perf_counter()
+            members[gang] = gang_pods(api, namespace, gang, GANG_SIZE, GPUS, annotations=annotations)
+        first = min(started.values())
+        bindings.wait({name for names in members.values() for name in names}, first + GANG_WAIT_S - time.perf_counter())
+        at, node = bindings.snapshot()
+    placed = {gang: [name for name in names if name in at] for gang, names in members.items()}
+    complete = [gang for gang, names in placed.items() if len(names) == GANG_SIZE]
+    seconds = Timing(tuple(max(at[name] for name in members[gang]) - started[gang] for gang in complete))
+    return {
+        "gangs": count,
+        "complete": len(complete),
+        "partial": sum(1 for names in placed.values() if 0 < len(names) < GANG_SIZE),
+        "in_one_rack": sum(1 for gang in complete if len({rack_of[node[name]] for name in members[gang]}) == 1),
+        "p50_s": seconds.p50_ms / 1000 if complete else None,
+        "max_s": seconds.max_ms / 1000 if complete else None,
+    }
+
+
+def _pods(api: client.ApiClient, namespace: str, count: int) -> dict[str, Any]:
+    """`count` 1-GPU pods from WORKERS threads; pods/s from the first create to the last bind, or
+    pods bound per second of PODS_WAIT_S if some are still pending by then."""
+    claim_template(api, namespace, "one", [request("gpus", GPU_CLASS, count=1)])
+    names = [f"p{index:04d}" for index in range(count)]
+    with Bindings(api, namespace) as bindings, ThreadPoolExecutor(WORKERS) as pool:
+        start = time.perf_counter()
+        list(pool.map(lambda name: gpu_pod(api, namespace, name, "one"), names))
+        created = time.perf_counter() - start  # near `seconds`, the client and not the scheduler set the pace
+        bindings.wait(set(names), start + PODS_WAIT_S - time.perf_counter())
+        at = bindings.snapshot()[0]
+    bound = [at[name] for name in names if name in at]
+    seconds = (max(bound) if len(bound) == count else start + PODS_WAIT_S) - start
+    return {
+        "pods": count,
+        "bound": len(bound),
+        "seconds": seconds,
+        "created_s": created,
+        "pods_per_s": len(bound) / seconds,
+    }
+
+
+def _size(
+    plane: ControlPlane, api: client.ApiClient, scratch: Path, size: Size
+) -> Generator[str, None, dict[str, Any]]:
+    """Both workloads in both modes on one busy cluster of `size`; its lines, then its figures."""
+    figures: dict[str, Any] = {
+        "nodes": size.nodes,
+        "busy_gpu_fraction": size.busy_nodes / size.nodes,
+        "gangs": {},
+        "pods": {},
+    }
+    with _busy_cluster(api, size) as rack_of:
+        yield f"{size.nodes} nodes, {size.busy_nodes} of them busy ({size.busy_nodes / size.nodes:.0%} of the GPUs)"
+        for mode in MODES:
+            with _scheduler(plane, api, scratch / f"{size.nodes}-{mode}", mode):
+                with _workload_namespace(api, f"gangs-{mode}") as namespace:
+                    gangs = figures["gangs"][mode] = _gangs(api, namespace, size.gangs, rack_of)
+                with _workload_namespace(api, f"pods-{mode}") as namespace:
+                    pods = figures["pods"][mode] = _pods(api, namespace, size.pods)
+            yield f"  {mode:<7} extender: {_describe_pods(pods)}; {_describe_gangs(gangs)}"
+    ratio = figures["pods"]["with"]["pods_per_s"] / figures["pods"]["without"]["pods_per_s"]
+    figures["pods"]["ratio"] = ratio
+    yield f"  {size.pods} 1-GPU pods: {ratio:.2f} x the scheduler alone"
+    return figures
+
+
+def _describe_pods(pods: dict[str, Any]) -> str:
+    late = "" if pods["bound"] == pods["pods"] else f" (only {pods['bound']} bound in {PODS_WAIT_S:.0f} s)"
+    return (
+        f"{pods['pods']} 1-GPU pods at {pods['pods_per_s']:.1f} pods/s (all created in {pods['created_s']:.1f} s){late}"
+    )
+
+
+def _describe_gangs(gangs: dict[str, Any]) -> str:
+    times = f"p50 {gangs['p50_s']:.1f} s, max {gangs['max_s']:.1f} s" if gangs["complete"] else "no time"
+    return (
+        f"{gangs['complete']}/{gangs['gangs']} gangs complete ({times}), {gangs['partial']} partly placed, "
+        f"{gangs['in_one_rack']} in one rack"
+    )
+
+
+def run(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
+    document: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python -m bench scheduler",
+        "cpus": os.cpu_count(),
+        "rack_size": RACK_SIZE,
+        "gang_wait_s": GANG_WAIT_S,
+        "scheduler_client": CLIENT["clientConnection"],
+        "sizes": {},
+    }
+    apply_file(api, device_classes())
+    with tempfile.TemporaryDirectory(prefix="nativedra-bench-") as scratch:
+        for size in SIZES:
+            document["sizes"][str(size.nodes)] = yield from _size(plane, api, Path(scratch), size)
+    yield f"figures written to {write_results('scheduler', document)}"
