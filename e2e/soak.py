@@ -49,6 +49,7 @@ class SoakReport:
     double_prepared: list[str] = field(default_factory=list)
     rss_warm_kib: int = 0
     rss_end_kib: int = 0
+    rss_samples_kib: list[int] = field(default_factory=list)  # the extender's RSS once a minute
 
     @property
     def rss_growth(self) -> float:
@@ -212,6 +213,8 @@ def run_soak(root: Path, seconds: float, nodes: int = 3, seed: int = 7) -> SoakR
                     report.kills.append(f"{victim} at {elapsed:.0f}s")
                 if warm_at is not None and time.monotonic() >= warm_at and cluster.process:
                     report.rss_warm_kib, warm_at = _rss_kib(cluster.process.pid), None
+                if cluster.process and elapsed >= 60 * (len(report.rss_samples_kib) + 1):
+                    report.rss_samples_kib.append(_rss_kib(cluster.process.pid))
                 time.sleep(0.5)
             _finish(api, cluster, kubelet, plugins, report, capacity)
         finally:

@@ -22,7 +22,9 @@ class Matcher:
     it did not change; `fit_cache_size` bounds it all the same."""
 
     CACHE_SIZE = 65_536
-    FIT_CACHE_SIZE = 65_536
+    # The floor; the Decider sizes it to what one plan touches (nodes x gangs). Entries keep old
+    # usage objects alive, so a floor far above a small cluster's needs only holds garbage.
+    FIT_CACHE_SIZE = 1_024
 
     def __init__(
         self, selectors: Selectors, driver: str, cache_size: int = CACHE_SIZE, fit_cache_size: int = FIT_CACHE_SIZE

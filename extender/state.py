@@ -113,7 +113,9 @@ class ClusterState:
         self._journal_changes: list[Change] = []
         self._journal_floor = 0
 
-    JOURNAL_MAX = 65_536
+    # Between two scheduling calls a busy cluster delivers tens of events, a burst a few thousand; a
+    # reader further behind than this checks everything (correct, only slower).
+    JOURNAL_MAX = 8_192
 
     def _note(self, change: Change, version: int) -> None:
         self._journal_versions.append(version)
