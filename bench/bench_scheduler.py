@@ -72,9 +72,10 @@ MODES = ("without", "with")
 # Watch errors that a new list and watch cure: 410 Gone (resourceVersion compacted away) and 504
 # (the watch cache has not yet reached the resourceVersion the list returned).
 RESUMABLE = (410, 504)
-# kube-scheduler's default client limit (50 requests/s, bursts of 100) caps DRA pods at about
-# 11 pods/s here with or without the extender (each pod costs a claim status write, a binding and
-# events), which hides what the scheduler and the extender themselves cost; both modes lift it.
+# Both modes lift kube-scheduler's client limit (default 50 requests/s, bursts of 100) so it is not
+# what caps the figure. With or without it the 1-GPU pods ran at 10-11 pods/s on 2026-11-30: most
+# likely the cap of the resourceclaim controller, whose kube-controller-manager keeps its default
+# limit (20 requests/s, bursts of 30) and writes two objects per pod (the claim, the pod's status).
 CLIENT = {"clientConnection": {"qps": 1000, "burst": 2000}}
 
 
