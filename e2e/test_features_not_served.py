@@ -66,11 +66,20 @@ def test_only_whole_gpus_are_published_and_none_is_handed_out_twice(old_plane: C
         with fresh_namespace(api, "old") as namespace:
             claim_template(api, namespace, "one", [request("gpus", "gpu.nativedra.dev")])
             claim_template(api, namespace, "half", [request("gpus", "gpu-fraction.nativedra.dev")])
-            for index in range(7):
-                gpu_pod(api, namespace, f"p{index}", "one")
-            taken = [allocated_results(api, namespace, f"p{index}")[0]["device"] for index in range(6)]
+            names = [f"p{index}" for index in range(7)]
+            for name in names:
+                gpu_pod(api, namespace, name, "one")
+
+            def six_bound_one_waiting() -> list[str] | None:
+                pods = {p.metadata.name: p for p in client.CoreV1Api(api).list_namespaced_pod(namespace).items}
+                placed = [name for name in names if pods[name].spec.node_name]
+                waiting = [name for name in names if name not in placed]
+                judged = len(waiting) == 1 and unschedulable_message(api, namespace, waiting[0])
+                return placed if len(placed) == 6 and judged else None
+
+            placed = wait_for(six_bound_one_waiting, 120, "6 of 7 one-GPU pods bound, the 7th judged")
+            taken = [allocated_results(api, namespace, name)[0]["device"] for name in placed]
             assert len(set(taken)) == 6, f"a GPU was handed out twice: {taken}"
-            assert wait_for(lambda: unschedulable_message(api, namespace, "p6"), 60, "the 7th pod to wait")
             gpu_pod(api, namespace, "fraction", "half")
             assert wait_for(lambda: unschedulable_message(api, namespace, "fraction"), 60, "no fraction is published")
     finally:
