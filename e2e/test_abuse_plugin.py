@@ -10,13 +10,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver import DRIVER_NAME
-from e2e.dra import allocated_claim, spec_files, whole_gpu_claim
+from e2e.dra import allocated_claim, bad_config_template, spec_files, whole_gpu_claim
 from e2e.node_plugin import NodePlugin
-from kube.resources import RESOURCE_CLAIM_TEMPLATES
 from nativedra.cluster import wait_for
 from nativedra.kubelet_client import prepare
-from nativedra.objects import claim_key, gpu_pod, request
+from nativedra.objects import claim_key, gpu_pod
 
 pytestmark = pytest.mark.usefixtures("device_classes_applied")
 
@@ -74,28 +72,7 @@ def test_a_claim_named_three_times_is_prepared_once_and_a_malformed_uid_is_refus
 def test_a_claim_that_cannot_be_prepared_gets_one_warning_event_on_it_and_its_pod(
     api: client.ApiClient, namespace: str, plugin: NodePlugin
 ) -> None:
-    bad_config = {
-        "driver": DRIVER_NAME,
-        "parameters": {
-            "apiVersion": "gpu.nativedra.dev/v1alpha1",
-            "kind": "GpuConfig",
-            "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 300}},
-        },
-    }
-    devices = {
-        "requests": [request("gpus", "gpu.nativedra.dev")],
-        "config": [{"requests": ["gpus"], "opaque": bad_config}],
-    }
-    RESOURCE_CLAIM_TEMPLATES.create(
-        api,
-        {
-            "apiVersion": RESOURCE_CLAIM_TEMPLATES.api_version,
-            "kind": RESOURCE_CLAIM_TEMPLATES.kind,
-            "metadata": {"name": "bad-config"},
-            "spec": {"spec": {"devices": devices}},
-        },
-        namespace,
-    )
+    bad_config_template(api, namespace)
     gpu_pod(api, namespace, "bad-config", "bad-config", node=plugin.node)
     claim = allocated_claim(api, namespace, "bad-config")
     key = claim_key(claim)

@@ -21,9 +21,9 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
-from e2e.dra import CDI_PREFIX, allocated_claim, spec_files, whole_gpu_claim
+from e2e.dra import CDI_PREFIX, allocated_claim, bad_config_template, spec_files, whole_gpu_claim
 from e2e.node_plugin import NodePlugin
-from kube.resources import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.cluster.controlplane import free_port
 from nativedra.kubelet_client import HEALTHY, UNHEALTHY, health_stream, prepare, register, unprepare
@@ -154,31 +154,7 @@ def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(
     elsewhere = claim_key(whole_gpu_claim(api, namespace, "elsewhere", other_node))
     create_claim(api, namespace, "idle", [request("gpus", "gpu.nativedra.dev")])
     idle = RESOURCE_CLAIMS.get(api, "idle", namespace)
-    bad_config = {
-        "driver": DRIVER_NAME,
-        "parameters": {
-            "apiVersion": "gpu.nativedra.dev/v1alpha1",
-            "kind": "GpuConfig",
-            "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 300}},
-        },
-    }
-    RESOURCE_CLAIM_TEMPLATES.create(
-        api,
-        {
-            "apiVersion": RESOURCE_CLAIM_TEMPLATES.api_version,
-            "kind": RESOURCE_CLAIM_TEMPLATES.kind,
-            "metadata": {"name": "bad-config"},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [request("gpus", "gpu.nativedra.dev")],
-                        "config": [{"requests": ["gpus"], "opaque": bad_config}],
-                    }
-                }
-            },
-        },
-        namespace,
-    )
+    bad_config_template(api, namespace)
     gpu_pod(api, namespace, "bad-config", "bad-config", node=h100.node)
     configured = claim_key(allocated_claim(api, namespace, "bad-config"))
     unknown = (namespace, str(uuid.uuid4()), "does-not-exist")
