@@ -110,7 +110,8 @@ class Decider:
         self._scores: LruCache[Demand, dict[str, tuple[Node, Usage, int]]] = LruCache(self.SCORE_DEMANDS)
         # The placed pods of the last view (by version), for inter-pod affinity: built once per view.
         self._placed: tuple[int, PlacedPods] | None = None
-        # Gang pods' Members by pod key; bounded by `gangs` to twice the gang pods of the view.
+        # Members by pod key, of the pods in the last `gangs` pass only: an entry holds its pod,
+        # claims and templates, so one left behind per deleted pod grows memory with the churn.
         self._members: LruCache[tuple[str, str], _Known] = LruCache(self.MEMBER_CACHE_MIN)
         # What the last plan saw and decided: the next plan re-plans only the gangs that changed;
         # and the view version it was made from, to ask the view's journal what changed since.
@@ -209,7 +210,7 @@ class Decider:
     def gangs(self, view: ClusterView, extra: dict[str, Any] | None = None) -> list[Gang]:
         """Every gang with its members. A member is worked out again only when its pod, claims or
         templates changed (see `_member`), so a plan after an unrelated event costs a look-up per
-        gang pod; the cache holds at most twice the gang pods of the view (least recently used out).
+        gang pod; the cache holds only the pods of this pass (those of deleted pods are dropped).
         When the view's journal reaches back to the last pass, a member found valid then whose
         claims and templates it does not name is taken as it is, without comparing them."""
         with self._gangs_lock:
@@ -224,6 +225,7 @@ class Decider:
     def _gangs(self, view: ClusterView, extra: dict[str, Any] | None) -> list[Gang]:
         candidates = self._candidates(view, extra)
         self._members.capacity = max(self.MEMBER_CACHE_MIN, 2 * len(candidates))
+        self._members.retain({_key(pod) for pod in candidates})  # deleted pods (and plain ones asked before)
         # Inter-pod affinity needs the placed pods only when some pod has (anti-)affinity terms.
         affinity_matters = view.affinity_pods is None or bool(view.affinity_pods)
         placed = self.placed_pods(view) if affinity_matters else None
@@ -260,7 +262,6 @@ class Decider:
             affinity = placed.of(pod) if placed is not None else ANY_NODE
             if member.affinity != affinity:
                 member = replace(member, affinity=affinity)
-                known = self._members.get(_key(pod))
                 known = self._members.get(_key(pod))
                 if known is not None and known.pod is pod:  # the same Member object next time
                     known.member = member

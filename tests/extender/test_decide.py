@@ -356,3 +356,20 @@ def test_the_configured_levels_widen_a_preferred_rack() -> None:
     decider = Decider(ExtenderConfig(topology_levels=("block", "rack")))
     passing, failed, _ = decider.filter(cluster, members[0], sorted(nodes), SOON_AFTER)
     assert passing == ["c-0", "c-1", "d-0"], failed
+
+
+def test_members_of_deleted_pods_are_not_remembered() -> None:
+    """Gangs and plain pods come and go (the soak's churn): the decider remembers the members of
+    the pods still in the view, not one entry per pod it was ever asked about, each holding its
+    pod and claims (seen as the extender's RSS growing by megabytes a minute)."""
+    decider = Decider(ExtenderConfig())
+    nodes = racks({"r": 2})
+    names = sorted(nodes)
+    for step in range(50):
+        members = [member(f"g{step}-{i}", f"g{step}", 2) for i in range(2)]
+        single = pod(f"p{step}", template="one", created=CREATED)
+        cluster = view(nodes, pods=[*members, single], templates=TEMPLATES, version=step + 1)
+        passing, _, path = decider.filter(cluster, members[0], names, now=SOON_AFTER)
+        assert (passing, path) == (names, "gang")
+        decider.filter(cluster, single, names, now=SOON_AFTER)
+    assert len(decider._members) <= 3, "the last view's two gang members and the pod asked about"
