@@ -96,7 +96,7 @@ def limits(claim_device: ClaimDevice) -> Limits:
 def _env(claim_device: ClaimDevice) -> tuple[str, ...]:
     gpu = claim_device.gpu
     device = claim_device.device
-    env = [f"NATIVEDRA_GPU_UUIDS={gpu.uuid}", f"NATIVEDRA_DEVICE_TYPE={device.kind.value}"]
+    env = [f"NATIVEDRA_DEVICE_TYPE={device.kind.value}"]
     if gpu.vendor is Vendor.NVIDIA:
         env.append("CUDA_DEVICE_ORDER=PCI_BUS_ID")
     if device.kind is DeviceKind.MIG:
@@ -138,7 +138,10 @@ def cdi_device_name(claim_uid: str, device_name: str) -> str:
 
 
 def claim_spec(claim_uid: str, devices: list[ClaimDevice], host: HostDevices) -> Spec:
-    """One spec per claim; each allocated device is a CDI device `<claimUID>-<device>`."""
+    """One spec per claim; each allocated device is a CDI device `<claimUID>-<device>`.
+
+    The GPU list is a claim-wide edit: a container given several devices of the claim gets every
+    device's edits, so one variable set per device would keep only the last device's value."""
     cdi_devices = tuple(
         CdiDevice(
             name=cdi_device_name(claim_uid, d.device.name),
@@ -146,5 +149,9 @@ def claim_spec(claim_uid: str, devices: list[ClaimDevice], host: HostDevices) ->
         )
         for d in devices
     )
-    common = ContainerEdits(device_nodes=_common_nodes({d.gpu.vendor for d in devices}, host))
+    uuids = ",".join(dict.fromkeys(d.gpu.uuid for d in devices))
+    common = ContainerEdits(
+        env=(f"NATIVEDRA_GPU_UUIDS={uuids}",),
+        device_nodes=_common_nodes({d.gpu.vendor for d in devices}, host),
+    )
     return Spec(kind=CDI_KIND, devices=cdi_devices, container_edits=common)

@@ -21,13 +21,17 @@ from dra_driver.proto.gen.dra.v1 import api_pb2 as dra_v1
 from dra_driver.proto.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from dra_driver.proto.gen.dra.v1beta1 import api_pb2 as dra_v1beta1
 from dra_driver.proto.gen.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
-from dra_driver.proto.gen.dra_health.v1alpha1 import api_pb2 as health_pb
-from dra_driver.proto.gen.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
+from dra_driver.proto.gen.dra_health.v1 import api_pb2 as health_v1
+from dra_driver.proto.gen.dra_health.v1 import api_pb2_grpc as health_v1_grpc
+from dra_driver.proto.gen.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
+from dra_driver.proto.gen.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
 from dra_driver.proto.gen.pluginregistration.v1 import api_pb2 as registration_pb
 from dra_driver.proto.gen.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 
 log = logging.getLogger(__name__)
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # the kubelet takes the first it knows
+# The kubelet takes the first DRAPlugin service it knows; from 1.37 it opens the health stream only
+# with a DRAResourceHealth service named here (older kubelets ignore the names they do not know).
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 SOCKET_MODE = 0o600  # only root (the kubelet) may connect
 HEALTH_TIMEOUT_S = 60
 
@@ -146,21 +150,33 @@ class DraServicer:
         return response
 
 
-class HealthServicer(health_grpc.DRAResourceHealthServicer):  # type: ignore[misc]
-    """Streams the complete device list whenever any device's health changes."""
+class HealthServicer:
+    """Streams the complete device list whenever any device's health changes, in the messages of
+    one health API version (v1 and v1alpha1 carry the same fields)."""
 
-    def __init__(self, node_name: str, snapshot: Callable[[], dict[str, str]], changed: threading.Condition):
+    def __init__(
+        self,
+        node_name: str,
+        snapshot: Callable[[], dict[str, str]],
+        changed: threading.Condition,
+        messages: ModuleType = health_v1,
+    ):
         self.node_name = node_name
         self.snapshot = snapshot  # -> {device name: "Healthy" | "Unhealthy"}
         self.changed = changed
+        self.messages = messages
+
+    def in_version(self, messages: ModuleType) -> HealthServicer:
+        return HealthServicer(self.node_name, self.snapshot, self.changed, messages)
 
     def _message(self, health: dict[str, str]) -> Any:
         now = int(time.time())
-        return health_pb.NodeWatchResourcesResponse(
+        pb = self.messages
+        return pb.NodeWatchResourcesResponse(
             devices=[
-                health_pb.DeviceHealth(
-                    device=health_pb.DeviceIdentifier(pool_name=self.node_name, device_name=name),
-                    health=health_pb.HEALTHY if state == "Healthy" else health_pb.UNHEALTHY,
+                pb.DeviceHealth(
+                    device=pb.DeviceIdentifier(pool_name=self.node_name, device_name=name),
+                    health=pb.HEALTHY if state == "Healthy" else pb.UNHEALTHY,
                     last_updated_time=now,
                     health_check_timeout_seconds=HEALTH_TIMEOUT_S,
                     message="" if state == "Healthy" else f"{name}: GPU reported unhealthy by the {DRIVER_NAME} plugin",
@@ -206,7 +222,10 @@ class KubeletServers:
         self.dra_server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
         self.claim_pool = ClaimPool()
         _add_dra_services(self.dra_server, preparer, self.claim_pool)
-        health_grpc.add_DRAResourceHealthServicer_to_server(health, self.dra_server)
+        health_v1_grpc.add_DRAResourceHealthServicer_to_server(health.in_version(health_v1), self.dra_server)
+        health_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(
+            health.in_version(health_v1alpha1), self.dra_server
+        )
         self.registration_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         registration_grpc.add_RegistrationServicer_to_server(self.registration, self.registration_server)
 

@@ -50,6 +50,8 @@ def test_registration_handshake_as_the_kubelet_does_it(h100: NodePlugin) -> None
     assert info.name == DRIVER_NAME
     assert info.endpoint == str(h100.dra_socket)
     assert list(info.supported_versions)[:2] == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    # 1.37+ kubelets open the health stream only with a health service named at registration.
+    assert {"v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"} <= set(info.supported_versions)
     for socket in (h100.registration_socket, h100.dra_socket):
         mode = socket.stat().st_mode
         assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600, f"{socket} must be private to root"
@@ -91,7 +93,7 @@ def test_prepare_and_unprepare_a_claim_the_real_scheduler_allocated(
     ]
     common = {n["path"]: (n["major"], n["minor"]) for n in spec["containerEdits"]["deviceNodes"]}
     assert common == {"/dev/nvidiactl": (195, 255), "/dev/nvidia-uvm": (511, 0), "/dev/nvidia-uvm-tools": (511, 1)}
-    assert "NATIVEDRA_GPU_UUIDS=GPU-4f6081a2-3d84-4f51-b1a2-415d6e7f8093" in cdi_device["containerEdits"]["env"]
+    assert spec["containerEdits"]["env"] == ["NATIVEDRA_GPU_UUIDS=GPU-4f6081a2-3d84-4f51-b1a2-415d6e7f8093"]
 
     assert unprepare(h100.dra_socket, version, [key]).claims[key[1]].error == ""
     assert spec_files(h100) == []

@@ -3,11 +3,14 @@ consumed capacity, and an MPS opaque config that may only narrow them."""
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dra_driver.cdi_edits import ClaimDevice, Limits, limits
+from dra_driver.cdi_edits import ClaimDevice, HostDevices, Limits, claim_spec, limits
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.opaque_config import DEFAULT, GpuConfig, parse
 from dra_driver.publish_config import PublishConfig
@@ -86,3 +89,16 @@ def test_mps_config_limits_a_whole_gpu_and_a_share() -> None:
     consumed = {"memory": 8 * GIB, "compute": 40}
     share = claim_device("gpu-0-share", mps(activeThreadPercentage=10), consumed, share_gpus=(0,))
     assert limits(share) == Limits(10, 8192)
+
+
+def test_a_claim_lists_all_its_gpus_once_in_a_claim_wide_variable(tmp_path: Path) -> None:
+    """Two GPUs and two fractions of a third: a container that gets all of them sees every GPU;
+    per-device values of the same variable would leave it only the last one."""
+    for minor in (0, 1, 2):
+        os.mknod(tmp_path / f"nvidia{minor}", 0o600 | stat.S_IFCHR, os.makedev(195, minor))
+    os.mknod(tmp_path / "nvidiactl", 0o600 | stat.S_IFCHR, os.makedev(195, 255))
+    devices = [claim_device(name) for name in ("gpu-0", "gpu-1", "gpu-2-1of4-0", "gpu-2-1of4-1")]
+    spec = claim_spec("uid", devices, HostDevices(tmp_path))
+    uuids = [published()[name].gpu.uuid for name in ("gpu-0", "gpu-1", "gpu-2")]
+    assert spec.container_edits.env == (f"NATIVEDRA_GPU_UUIDS={','.join(uuids)}",)
+    assert not any(e.startswith("NATIVEDRA_GPU_UUIDS") for d in spec.devices for e in d.container_edits.env)

@@ -1,7 +1,8 @@
 """The plugin DaemonSet as rendered by kustomize gives the plugin what its code needs on a real
 node: root (the image's default user is the extender's non-root one), the kubelet's directories
-at the paths the plugin reports to the kubelet, a writable CDI dir, read-only /dev, /sys and
-driver root, and probes that call the plugin's sockets."""
+at the paths the plugin reports to the kubelet, a writable CDI dir, read-only host /dev (beside the
+container's own /dev, where the kubelet mounts the termination log), /sys and driver root, and
+probes that call the plugin's sockets."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_PLUGIN_DIR, DEFAUL
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER_ROOT = "/driver-root"
+HOST_DEV = "/host-dev"
 
 
 def _rendered_daemonset() -> dict[str, Any]:
@@ -66,12 +68,14 @@ def test_kubelet_dirs_are_mounted_at_the_paths_the_plugin_reports(pod_spec: dict
 
 def test_host_devices_and_driver_root_are_read_only(pod_spec: dict[str, Any]) -> None:
     mounts = _mounts(pod_spec)
-    for path in ("/dev", "/sys", DRIVER_ROOT):
+    for path in (HOST_DEV, "/sys", DRIVER_ROOT):
         mount, volume = mounts[path]
         assert mount.get("readOnly") is True, f"{path} must be read-only"
         assert "hostPath" in volume
+    assert "/dev" not in mounts, "a read-only /dev leaves runc no place for /dev/termination-log"
     env = {e["name"]: e.get("value") for e in pod_spec["containers"][0]["env"]}
     assert env["NATIVEDRA_DRIVER_ROOT"] == DRIVER_ROOT
+    assert env["NATIVEDRA_DEV_ROOT"] == HOST_DEV
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert "/tmp" in mounts, "a read-only root file system still needs a writable /tmp"
 
