@@ -1,6 +1,12 @@
 # One image for both components: `nativedra plugin` (DaemonSet, runs as root for devices and
 # host paths) and `nativedra extender` (Deployment, runs as the non-root user below).
-FROM python:3.11-slim-bookworm AS build
+# BASE: any Debian bookworm image with python3 (and python3-venv). Where no registry is reachable,
+# `make image` builds one from Debian's packages (nativedra/cluster/image.py) and passes it here.
+ARG BASE=python:3.11-slim-bookworm
+
+FROM ${BASE} AS build
+# Installed into a venv that the final stage copies whole: no wheel layer left behind.
+RUN python3 -m venv /opt/nativedra
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY nativedra/ nativedra/
@@ -12,11 +18,12 @@ COPY cmdline/ cmdline/
 COPY fsutil/ fsutil/
 # The examples and DeviceClasses ship inside the package (nativedra/data links to them).
 COPY manifests/ manifests/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN /opt/nativedra/bin/pip install --no-cache-dir . \
+    && /opt/nativedra/bin/pip uninstall --yes pip
 
-FROM python:3.11-slim-bookworm
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+FROM ${BASE}
+COPY --from=build /opt/nativedra /opt/nativedra
+ENV PATH=/opt/nativedra/bin:$PATH PYTHONDONTWRITEBYTECODE=1
 # The extender's user. The plugin needs root for host paths and devices: its DaemonSet sets
 # runAsUser: 0 (checked by tests/manifests/test_plugin_daemonset.py).
 USER 65532:65532

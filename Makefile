@@ -4,8 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 PACKAGES := nativedra dra_driver cdi extender kube cmdline fsutil e2e
+# A real node needs root (kubelet, containerd, mknod); elsewhere its tests skip and say why.
+REAL_NODE_BUILD := $(if $(filter 0,$(shell id -u)),--real-node --image-source .,)
 
-.PHONY: demo test lint unit e2e bench soak venv clean down protos
+.PHONY: demo test lint unit e2e bench soak venv clean down protos image
 
 venv: $(VENV)/.installed
 
@@ -35,12 +37,17 @@ unit: venv
 e2e: venv
 	$(BIN)/pytest e2e $(PYTEST_ARGS)
 
-# Lint, types and generated-code freshness first (seconds), then the Kubernetes binaries (built once,
-# outside any test timeout), then every unit and e2e test in one pytest run.
+# Lint, types and generated-code freshness first (seconds), then the Kubernetes binaries, the real
+# node's kubelet, containerd and this tree's image (built once and cached, outside any test
+# timeout), then every unit and e2e test in one pytest run.
 test: lint
 	$(BIN)/python -m dra_driver.proto.generate --check
-	$(BIN)/nativedra cluster build --with jobset,lws >/dev/null
+	$(BIN)/nativedra cluster build --with jobset,lws $(REAL_NODE_BUILD) >/dev/null
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
+
+# The image of this tree, built with podman (on a Debian base built locally when no registry answers).
+image: venv
+	$(BIN)/nativedra cluster image .
 
 protos: venv
 	$(BIN)/python -m dra_driver.proto.generate

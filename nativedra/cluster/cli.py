@@ -17,6 +17,8 @@ from cmdline.flags import add_flag
 from nativedra.cluster import binaries
 from nativedra.cluster.addons import ADDONS, Addon, build_addon, start_addon
 from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, recorded_state, stop_recorded
+from nativedra.cluster.image import build_image
+from nativedra.cluster.realnode import GPU_NODE_LABEL, RealNode, prepare_real_node, teardown_recorded
 
 
 def default_state_dir() -> Path:
@@ -71,6 +73,11 @@ def _up(args: argparse.Namespace) -> int:
             api = config.new_client_from_config(config_file=str(plane.kubeconfig))
             for addon in addons:
                 start_addon(plane, api, addon)
+        if args.real_node:
+            node = RealNode(plane, args.real_node, labels={GPU_NODE_LABEL: "true"}, repo=args.image_source)
+            node.start()
+            if node.image:
+                print(f"nativedra cluster up: node {args.real_node} has image {node.image}", file=sys.stderr)
     except (ControlPlaneError, binaries.BinaryError) as error:
         print(f"nativedra cluster up: {error}", file=sys.stderr)
         return 1
@@ -81,18 +88,34 @@ def _up(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
-        found = binaries.resolve(binaries.checked_version(args.k8s_version))
+        version = binaries.checked_version(args.k8s_version)
+        found = binaries.resolve(version)
         controllers = [build_addon(addon) for addon in _addons(args.with_controllers)]
+        node_parts = prepare_real_node(version, args.image_source) if args.real_node else []
     except (ControlPlaneError, binaries.BinaryError) as error:
         print(f"nativedra cluster build: {error}", file=sys.stderr)
         return 1
-    for path in (found.etcd, found.kube_apiserver, found.kube_scheduler, found.kube_controller_manager, *controllers):
+    built = (found.etcd, found.kube_apiserver, found.kube_scheduler, found.kube_controller_manager)
+    for path in (*built, *controllers, *node_parts):
         print(path)
     print(f"Kubernetes {found.version} binaries ready in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return 0
 
 
+def _image(args: argparse.Namespace) -> int:
+    try:
+        name, archive = build_image(args.source.resolve())
+    except binaries.BinaryError as error:
+        print(f"nativedra cluster image: {error}", file=sys.stderr)
+        return 1
+    print(name)
+    print(f"saved as {archive} (import: ctr -n k8s.io images import {archive})", file=sys.stderr)
+    return 0
+
+
 def _down(args: argparse.Namespace) -> int:
+    state = recorded_state(Path(args.state_dir)) or {}
+    teardown_recorded(state, lambda name: stop_recorded(Path(args.state_dir), only=name))
     stopped = stop_recorded(Path(args.state_dir))
     print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"), file=sys.stderr)
     return 0
@@ -126,7 +149,18 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     up.set_defaults(handler=_up)
     build = actions.add_parser("build", help="build (or find) the binaries without starting anything")
     build.set_defaults(handler=_build)
+    add_flag(up, "--real-node", metavar="NAME", help="also a real node: kubelet on containerd 2.x and runc (root)")
+    build.add_argument("--real-node", action="store_true", help="also a real node's kubelet, containerd and images")
+    image = actions.add_parser("image", help="build the nativedra image of a source tree with podman; print its name")
+    image.add_argument("source", type=Path, nargs="?", default=Path(), help="the source tree (default: .)")
+    image.set_defaults(handler=_image)
     for parser in (up, build):
+        add_flag(
+            parser,
+            "--image-source",
+            type=Path,
+            help="with --real-node: a nativedra source tree whose image the node gets (built with podman)",
+        )
         add_flag(
             parser,
             "--k8s-version",

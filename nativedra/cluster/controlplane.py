@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client, config
 
 from nativedra.cluster import components, pki
 from nativedra.cluster.binaries import Binaries
@@ -76,6 +77,7 @@ class ControlPlane:
     scheduler_config_extra: Mapping[str, Any] = field(default_factory=dict)
     tie_to_parent: bool = True
     features: components.Features = components.DEFAULTS
+    notes: dict[str, Any] = field(default_factory=dict)  # more facts for the state file (e.g. a real node)
     _layout: components.Layout | None = None
     _credentials: Credentials = field(default_factory=Credentials)
     _supervisor: Supervisor | None = None
@@ -133,6 +135,9 @@ class ControlPlane:
             self.stop()
             raise
 
+    def api_client(self) -> client.ApiClient:
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
     def restart_scheduler(self, scheduler_config_extra: Mapping[str, Any]) -> None:
         """Replace the scheduler with one that uses new extra configuration (e.g. an extender)."""
         self.scheduler_config_extra = scheduler_config_extra
@@ -147,7 +152,8 @@ class ControlPlane:
         return self.supervisor.spawn(name, exe, args)
 
     def _describe(self) -> dict[str, Any]:
-        return {"version": self.binaries.version, "kubeconfig": str(self.kubeconfig), "server": self.server}
+        facts = {"version": self.binaries.version, "kubeconfig": str(self.kubeconfig), "server": self.server}
+        return {**facts, **self.notes}
 
     def _start_scheduler(self) -> None:
         config_path = self.state_dir / "scheduler-config.yaml"

@@ -33,14 +33,19 @@ class Credentials:
         return path
 
     def write_kubeconfig(self, path: Path, user: str, server: str, ca_cert: Path) -> Path:
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "nativedra", "cluster": {"server": server, "certificate-authority": str(ca_cert)}}],
-            "users": [{"name": user, "user": {"token": self.tokens[user]}}],
-            "contexts": [{"name": "nativedra", "context": {"cluster": "nativedra", "user": user}}],
-            "current-context": "nativedra",
-        }
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        path.chmod(0o600)
-        return path
+        return write_kubeconfig(path, server, ca_cert, user, {"token": self.tokens[user]})
+
+
+def write_kubeconfig(path: Path, server: str, ca_cert: Path, user: str, credentials: dict[str, str]) -> Path:
+    """A kubeconfig (owner-readable only) for `user` with `credentials` (a token, or a client cert and key)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "nativedra", "cluster": {"server": server, "certificate-authority": str(ca_cert)}}],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": "nativedra", "context": {"cluster": "nativedra", "user": user}}],
+        "current-context": "nativedra",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path

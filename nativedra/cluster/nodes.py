@@ -47,6 +47,11 @@ def create_fake_node(
             }
         },
     )
+    remove_not_ready_taint(core, name)
+
+
+def remove_not_ready_taint(core: client.CoreV1Api, name: str) -> None:
+    """What the node-lifecycle controller does once a node is Ready (the local cluster runs none)."""
     node = core.read_node(name)
     taints = [t for t in (node.spec.taints or []) if t.key != NOT_READY_TAINT]
     core.patch_node(name, {"spec": {"taints": [client.ApiClient().sanitize_for_serialization(t) for t in taints]}})

@@ -27,6 +27,8 @@ class Pki:
     front_proxy_client_key: Path
     service_account_key: Path
     service_account_pub: Path
+    kubelet_client_cert: Path
+    kubelet_client_key: Path
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
@@ -40,8 +42,11 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) 
     path.chmod(0o600)
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attributes)
 
 
 def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
@@ -80,13 +85,14 @@ def _leaf(
     common_name: str,
     usage: x509.ObjectIdentifier,
     sans: list[x509.GeneralName] | None = None,
+    organization: str | None = None,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     ca_cert, ca_key = ca
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(common_name))
+        .subject_name(_name(common_name, organization))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -116,6 +122,8 @@ def paths(directory: Path) -> Pki:
         front_proxy_client_key=directory / "front-proxy-client.key",
         service_account_key=directory / "sa.key",
         service_account_pub=directory / "sa.pub",
+        kubelet_client_cert=directory / "apiserver-kubelet-client.crt",
+        kubelet_client_key=directory / "apiserver-kubelet-client.key",
     )
 
 
@@ -137,6 +145,10 @@ def create(directory: Path) -> Pki:
     serving = _leaf(ca, "kube-apiserver", ExtendedKeyUsageOID.SERVER_AUTH, sans)
     _write_cert(pki.serving_cert, serving[0])
     _write_key(pki.serving_key, serving[1])
+    # The apiserver's identity towards kubelets (logs, exec), for clusters with a real node.
+    kubelet_client = _leaf(ca, "kube-apiserver-kubelet-client", ExtendedKeyUsageOID.CLIENT_AUTH)
+    _write_cert(pki.kubelet_client_cert, kubelet_client[0])
+    _write_key(pki.kubelet_client_key, kubelet_client[1])
     front_ca = _ca("nativedra-front-proxy-ca")
     _write_cert(pki.front_proxy_ca, front_ca[0])
     front_client = _leaf(front_ca, "front-proxy-client", ExtendedKeyUsageOID.CLIENT_AUTH)
@@ -148,6 +160,25 @@ def create(directory: Path) -> Pki:
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki
+
+
+def _load_ca(pki: Pki) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca_key}: expected the EC key this module writes")
+    return x509.load_pem_x509_certificate(pki.ca_cert.read_bytes()), key
+
+
+def node_client(pki: Pki, node: str, directory: Path) -> tuple[Path, Path]:
+    """A kubelet's client certificate (`system:node:<node>` in `system:nodes`, so the Node
+    authorizer and NodeRestriction apply to it as on any cluster) and its key."""
+    directory.mkdir(parents=True, exist_ok=True)
+    user = f"system:node:{node}"
+    cert, key = _leaf(_load_ca(pki), user, ExtendedKeyUsageOID.CLIENT_AUTH, organization="system:nodes")
+    cert_path, key_path = directory / "kubelet-client.crt", directory / "kubelet-client.key"
+    _write_cert(cert_path, cert)
+    _write_key(key_path, key)
+    return cert_path, key_path
 
 
 @dataclass(frozen=True)

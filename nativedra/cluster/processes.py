@@ -92,12 +92,13 @@ class Supervisor:
     tie_to_parent: bool = True
     processes: list[RecordedProcess] = field(default_factory=list)
 
-    def spawn(self, name: str, exe: Path, args: list[str]) -> RecordedProcess:
+    def spawn(self, name: str, exe: Path, args: list[str], env: dict[str, str] | None = None) -> RecordedProcess:
         """Start a process that belongs to this cluster: recorded, logged, and stopped with it."""
         log_path = self.state_dir / "logs" / f"{name}.log"
         with log_path.open("ab") as out:
             popen = subprocess.Popen(
                 [str(exe), *args],
+                env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -131,8 +132,9 @@ class Supervisor:
         tmp.replace(self.state_dir / STATE_FILE)
 
 
-def stop_recorded(state_dir: Path) -> list[str]:
-    """Stop the processes recorded in `state_dir` (used by `nativedra cluster down`)."""
+def stop_recorded(state_dir: Path, only: str | None = None) -> list[str]:
+    """Stop the processes recorded in `state_dir` (used by `nativedra cluster down`), or only the
+    one named `only` (the record is then kept for the rest)."""
     state_path = state_dir / STATE_FILE
     if not state_path.exists():
         return []
@@ -140,10 +142,11 @@ def stop_recorded(state_dir: Path) -> list[str]:
     stopped = []
     for entry in reversed(state["processes"]):
         proc = RecordedProcess(**entry)
-        if running(proc):
+        if (only is None or proc.name == only) and running(proc):
             terminate(proc)
             stopped.append(proc.name)
-    state_path.unlink()
+    if only is None:
+        state_path.unlink()
     return stopped
 
 

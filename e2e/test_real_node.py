@@ -1,0 +1,380 @@
+"""A real node: the upstream kubelet on containerd 2.x and runc runs the plugin's image as the
+shipped DaemonSet (`manifests/overlays/simulated-node`, i.e. base plus a simulated inventory), and
+the shipped example pods, with their images swapped for a probe, see exactly their GPUs.
+
+Needs root and containers (a cgroup hierarchy, overlayfs, mknod); the Debian packages and the
+containerd build are fetched once. Where containers cannot run at all, the module is skipped and
+says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from dra_driver.discovery.simulated import load_profile, resolve_profile
+from e2e.extender_harness import fresh_namespace
+from kube.resources import RESOURCE_CLAIMS
+from nativedra.cluster import ControlPlane, resolve, wait_for
+from nativedra.cluster.realnode import CDI_DIR, NVIDIA_MAJOR, NVIDIACTL_MINOR, SIMULATED_ROOT, RealNode
+from nativedra.cluster.waits import describe_pod
+from nativedra.objects import apply_documents, apply_file, device_classes, published_devices
+
+REPO = Path(__file__).resolve().parent.parent
+OVERLAY = REPO / "manifests" / "overlays" / "simulated-node"
+EXAMPLES = REPO / "manifests" / "examples"
+NODE = "real-0"
+PLUGIN_NAMESPACE = "nativedra-system"
+PLUGIN_SELECTOR = "app.kubernetes.io/name=nativedra-plugin"
+PROFILE_GPUS = load_profile(resolve_profile("h100-8x")).gpus
+GPU_UUIDS = {gpu.uuid: gpu.minor for gpu in PROFILE_GPUS}
+# What each probe container prints: its NVIDIA device nodes, then nativedra's and CUDA's environment,
+# again every second so a later look shows whether the devices are still there.
+PROBE = (
+    "while true; do echo BEGIN; ls -l /dev | grep nvidia; env | grep -E '^(NATIVEDRA|CUDA)_' | sort; "
+    "echo END; sleep 1; done"
+)
+ROLLOUT_PODS = 8  # quarter GPUs created during a rollout: room for them on 8 GPUs whatever else runs
+DEVICE_LINE = re.compile(r"^c\S*\s+\d+\s+\S+\s+\S+\s+(\d+),\s*(\d+)\s.*\s(nvidia\S*)$")
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def containers_unavailable() -> str | None:
+    """Why this machine cannot run containers, or None."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return "a real node needs root on Linux (kubelet, containerd, mknod)"
+    if shutil.which("apt-get") is None and shutil.which("runc") is None:
+        return "a real node needs runc (Debian: apt-get install runc)"
+    if not Path("/sys/fs/cgroup").is_dir():
+        return "no cgroup hierarchy at /sys/fs/cgroup"
+    return None
+
+
+@dataclass
+class Node:
+    plane: ControlPlane
+    api: client.ApiClient
+    node: RealNode
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+
+def kustomize(path: Path) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
+    output = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, check=True).stdout
+    return [d for d in yaml.safe_load_all(output) if d]
+
+
+def with_image(documents: list[dict[str, Any]], image: str) -> list[dict[str, Any]]:
+    """The manifests with our locally built image where they name the published one."""
+    for document in documents:
+        if document["kind"] in {"DaemonSet", "Deployment"}:
+            for container in document["spec"]["template"]["spec"]["containers"]:
+                container["image"] = image
+    return documents
+
+
+def plugin_pods(env: Node) -> list[Any]:
+    return list(env.core.list_namespaced_pod(PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR).items)
+
+
+def ready_plugin(env: Node) -> Any:
+    """The plugin pod once it is Ready (its probes pass) and it has published the node's GPUs."""
+
+    def ready() -> Any:
+        for pod in plugin_pods(env):
+            statuses = pod.status.container_statuses or []
+            serving = pod.metadata.deletion_timestamp is None and statuses and all(s.ready for s in statuses)
+            if serving and published_devices(env.api, NODE):
+                return pod
+        return None
+
+    return wait_for(ready, 240, "the plugin DaemonSet pod to be Ready and publishing", lambda: describe_plugin(env))
+
+
+def describe_plugin(env: Node) -> str:
+    lines = []
+    for pod in plugin_pods(env):
+        lines.append(describe_pod(env.api, PLUGIN_NAMESPACE, pod.metadata.name))
+        with contextlib.suppress(client.ApiException):
+            lines.append(env.core.read_namespaced_pod_log(pod.metadata.name, PLUGIN_NAMESPACE, tail_lines=20))
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    reason = containers_unavailable()
+    if reason:
+        pytest.skip(reason)
+    plane = ControlPlane(state_dir=Path(tmp_path_factory.mktemp("real-node-cluster")), binaries=resolve())
+    plane.start()
+    node = RealNode(plane, NODE, labels={"nativedra.dev/gpu-node": "true"}, repo=REPO)
+    try:
+        node.start()
+        api = plane.api_client()
+        env = Node(plane, api, node)
+        apply_file(api, device_classes())
+        assert node.image
+        apply_documents(api, with_image(kustomize(OVERLAY), node.image))
+        ready_plugin(env)
+        yield env
+    finally:
+        node.stop()
+        plane.stop()
+
+
+def probe_documents(path: Path, namespace: str) -> list[dict[str, Any]]:
+    """A shipped example with every container's image and command replaced by the probe."""
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for document in documents:
+        document["metadata"]["namespace"] = namespace
+        if document["kind"] == "Pod":
+            for container in document["spec"]["containers"]:
+                container.update(image="PLACEHOLDER", command=["sh", "-c", PROBE])
+    return documents
+
+
+def run_example(env: Node, path: Path, namespace: str) -> list[str]:
+    documents = probe_documents(path, namespace)
+    for document in documents:
+        if document["kind"] == "Pod":
+            for container in document["spec"]["containers"]:
+                container["image"] = env.node.image
+    apply_documents(env.api, documents, namespace)
+    return [d["metadata"]["name"] for d in documents if d["kind"] == "Pod"]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a probe container printed last: its NVIDIA device nodes and its environment."""
+
+    devices: dict[str, tuple[int, int]]  # name -> (major, minor)
+    env: dict[str, str]
+
+
+def last_seen(env: Node, namespace: str, pod: str) -> Seen | None:
+    try:
+        log = env.core.read_namespaced_pod_log(pod, namespace, tail_lines=60)
+    except client.ApiException:
+        return None
+    blocks = re.findall(r"BEGIN\n(.*?)END\n", log, re.DOTALL)
+    if not blocks:
+        return None
+    devices: dict[str, tuple[int, int]] = {}
+    variables: dict[str, str] = {}
+    for line in blocks[-1].splitlines():
+        match = DEVICE_LINE.match(line)
+        if match:
+            devices[match.group(3)] = (int(match.group(1)), int(match.group(2)))
+        elif "=" in line:
+            key, value = line.split("=", 1)
+            variables[key] = value
+    return Seen(devices, variables)
+
+
+def running_probe(env: Node, namespace: str, pod: str, timeout_s: float = 120) -> Seen:
+    def seen() -> Seen | None:
+        status = env.core.read_namespaced_pod(pod, namespace).status
+        return last_seen(env, namespace, pod) if status.phase == "Running" else None
+
+    return wait_for(
+        seen, timeout_s, f"pod {namespace}/{pod} to run its probe", lambda: describe_pod(env.api, namespace, pod)
+    )
+
+
+def allocated_uuids(env: Node, namespace: str, claim_name: str) -> list[str]:
+    """The UUIDs of the GPUs behind the claim's devices (a fraction's is its GPU's), by index."""
+    claim = RESOURCE_CLAIMS.get(env.api, claim_name, namespace)
+    devices = published_devices(env.api, NODE)
+    by_index = {gpu.index: gpu.uuid for gpu in PROFILE_GPUS}
+    return [
+        by_index[devices[result["device"]]["attributes"]["index"]["int"]]
+        for result in claim["status"]["allocation"]["devices"]["results"]
+    ]
+
+
+def pod_claim_name(env: Node, namespace: str, pod: str) -> str:
+    statuses = env.core.read_namespaced_pod(pod, namespace).status.resource_claim_statuses
+    if statuses:
+        return str(statuses[0].resource_claim_name)
+    spec_claims = env.core.read_namespaced_pod(pod, namespace).spec.resource_claims
+    return str(spec_claims[0].resource_claim_name)
+
+
+def expected_nodes(uuids: list[str]) -> dict[str, tuple[int, int]]:
+    nodes = {f"nvidia{GPU_UUIDS[uuid]}": (NVIDIA_MAJOR, GPU_UUIDS[uuid]) for uuid in uuids}
+    return nodes | {"nvidiactl": (NVIDIA_MAJOR, NVIDIACTL_MINOR)}
+
+
+def claim_spec_files() -> set[str]:
+    return {p.name for p in CDI_DIR.glob("k8s.gpu.nativedra.dev-claim_*.yaml")}
+
+
+def test_two_gpus_same_numa_see_exactly_their_devices(real_node: Node) -> None:
+    with fresh_namespace(real_node.api, "real") as namespace:
+        (pod,) = run_example(real_node, EXAMPLES / "two-gpus-same-numa.yaml", namespace)
+        seen = running_probe(real_node, namespace, pod)
+        uuids = allocated_uuids(real_node, namespace, pod_claim_name(real_node, namespace, pod))
+        assert len(uuids) == 2
+        numa = {gpu.numa_node for gpu in PROFILE_GPUS if gpu.uuid in uuids}
+        assert len(numa) == 1, f"the claim's GPUs {uuids} span NUMA nodes {numa}"
+        assert seen.devices == expected_nodes(uuids), f"container saw {seen.devices}"
+        assert sorted(seen.env["NATIVEDRA_GPU_UUIDS"].split(",")) == sorted(uuids)
+
+
+def test_quarter_gpu_sees_its_mps_limits(real_node: Node) -> None:
+    with fresh_namespace(real_node.api, "real") as namespace:
+        (pod,) = run_example(real_node, EXAMPLES / "quarter-gpu.yaml", namespace)
+        seen = running_probe(real_node, namespace, pod)
+        (uuid,) = allocated_uuids(real_node, namespace, pod_claim_name(real_node, namespace, pod))
+        assert seen.devices == expected_nodes([uuid])
+        assert seen.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+        memory_mib = int(seen.env["NATIVEDRA_MEMORY_LIMIT_MIB"])
+        assert seen.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory_mib}M"
+        assert 79_000 // 4 <= memory_mib <= 81_559 // 4, memory_mib
+
+
+def test_shared_claim_gives_both_pods_the_same_gpu(real_node: Node) -> None:
+    with fresh_namespace(real_node.api, "real") as namespace:
+        writer, reader = run_example(real_node, EXAMPLES / "shared-claim.yaml", namespace)
+        seen_writer = running_probe(real_node, namespace, writer)
+        seen_reader = running_probe(real_node, namespace, reader)
+        (uuid,) = allocated_uuids(real_node, namespace, "shared-gpu")
+        assert seen_writer.devices == seen_reader.devices == expected_nodes([uuid])
+        assert seen_writer.env["NATIVEDRA_GPU_UUIDS"] == seen_reader.env["NATIVEDRA_GPU_UUIDS"] == uuid
+
+
+def test_pod_deletion_unprepares_and_removes_the_cdi_spec(real_node: Node) -> None:
+    with fresh_namespace(real_node.api, "real") as namespace:
+        before = claim_spec_files()
+        (pod,) = run_example(real_node, EXAMPLES / "one-gpu.yaml", namespace)
+        running_probe(real_node, namespace, pod)
+        claim = RESOURCE_CLAIMS.get(real_node.api, pod_claim_name(real_node, namespace, pod), namespace)
+        spec = f"k8s.gpu.nativedra.dev-claim_{claim['metadata']['uid']}.yaml"
+        assert spec in claim_spec_files() - before
+        real_node.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+        wait_for(
+            lambda: spec not in claim_spec_files(), 60, f"the kubelet to unprepare and the plugin to remove {spec}"
+        )
+
+
+def test_plugin_killed_mid_run_is_restarted_and_running_pods_keep_their_devices(real_node: Node) -> None:
+    with fresh_namespace(real_node.api, "real") as namespace:
+        (pod,) = run_example(real_node, EXAMPLES / "one-gpu.yaml", namespace)
+        before = running_probe(real_node, namespace, pod)
+        plugin = ready_plugin(real_node)
+        restarts = plugin.status.container_statuses[0].restart_count
+        container_id = plugin.status.container_statuses[0].container_id.removeprefix("containerd://")
+        real_node.node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id)
+
+        def restarted() -> bool:
+            pod_now = real_node.core.read_namespaced_pod(plugin.metadata.name, PLUGIN_NAMESPACE)
+            return bool(pod_now.status.container_statuses[0].restart_count > restarts)
+
+        wait_for(
+            restarted, 120, "the kubelet to restart the killed plugin container", lambda: describe_plugin(real_node)
+        )
+        ready_plugin(real_node)
+        time.sleep(2)  # a probe cycle after the restart
+        after = last_seen(real_node, namespace, pod)
+        assert after is not None and after.devices == before.devices
+        status = real_node.core.read_namespaced_pod(pod, namespace).status
+        assert status.phase == "Running" and status.container_statuses[0].restart_count == 0
+        # A new claim is prepared by the restarted plugin.
+        (second,) = run_example(real_node, EXAMPLES / "quarter-gpu.yaml", namespace)
+        assert running_probe(real_node, namespace, second).devices
+
+
+def test_rolling_update_prepares_every_claim(real_node: Node) -> None:
+    """maxSurge 1 with per-pod sockets: while the old and the new plugin pods hand over, new
+    claims keep being prepared (no FailedPrepareDynamicResources, every pod runs)."""
+    apps = client.AppsV1Api(real_node.api)
+    old = ready_plugin(real_node).metadata.uid
+    with fresh_namespace(real_node.api, "real") as namespace:
+        apps.patch_namespaced_daemon_set(
+            "nativedra-plugin",
+            PLUGIN_NAMESPACE,
+            {"spec": {"template": {"metadata": {"annotations": {"nativedra.dev/restarted-at": str(time.time())}}}}},
+        )
+        pods: list[str] = []
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and len(pods) < ROLLOUT_PODS:
+            pods.append(quarter_gpu_pod(real_node, namespace, len(pods)))
+            if old not in {p.metadata.uid for p in plugin_pods(real_node)}:
+                break
+            time.sleep(2)
+        wait_for(
+            lambda: old not in {p.metadata.uid for p in plugin_pods(real_node)},
+            180,
+            "the rollout to replace the plugin pod",
+            lambda: describe_plugin(real_node),
+        )
+        pods.append(quarter_gpu_pod(real_node, namespace, len(pods)))  # prepared by the new pod alone
+        for pod in pods:
+            assert running_probe(real_node, namespace, pod).devices
+        events = real_node.core.list_namespaced_event(namespace).items
+        failed = [
+            f"{e.involved_object.name}: {e.message}" for e in events if (e.reason or "").startswith("FailedPrepare")
+        ]
+        assert not failed, failed
+    ready_plugin(real_node)
+
+
+def quarter_gpu_pod(env: Node, namespace: str, number: int) -> str:
+    """The quarter-GPU example as pod number `number` of the namespace (its own claim template)."""
+    documents = probe_documents(EXAMPLES / "quarter-gpu.yaml", namespace)
+    for document in documents:
+        document["metadata"]["name"] += f"-{number}"
+        if document["kind"] == "Pod":
+            document["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] += f"-{number}"
+            document["spec"]["containers"][0]["image"] = env.node.image
+    apply_documents(env.api, documents, namespace)
+    return str(documents[-1]["metadata"]["name"])
+
+
+def test_device_fault_reaches_the_pod_status(real_node: Node) -> None:
+    with fresh_namespace(real_node.api, "real") as namespace:
+        (pod,) = run_example(real_node, EXAMPLES / "one-gpu.yaml", namespace)
+        running_probe(real_node, namespace, pod)
+        (uuid,) = allocated_uuids(real_node, namespace, pod_claim_name(real_node, namespace, pod))
+        faults = SIMULATED_ROOT / "faults.yaml"
+        faults.write_text(yaml.safe_dump({"unhealthy": [uuid]}))
+        try:
+
+            def unhealthy() -> list[Any] | None:
+                statuses = real_node.core.read_namespaced_pod(pod, namespace).status.container_statuses or []
+                health = [
+                    device
+                    for status in statuses
+                    for resource in status.allocated_resources_status or []
+                    for device in resource.resources or []
+                ]
+                return [d for d in health if d.health == "Unhealthy"] or None
+
+            found = wait_for(
+                unhealthy,
+                90,
+                "the kubelet to report the device Unhealthy in the pod status",
+                lambda: describe_pod(real_node.api, namespace, pod) + "\n" + describe_plugin(real_node),
+            )
+            assert len(found) == 1
+            tainted = {name for name, device in published_devices(real_node.api, NODE).items() if device.get("taints")}
+            assert tainted, "the faulty GPU is not tainted in the published slices"
+        finally:
+            faults.unlink(missing_ok=True)
