@@ -194,11 +194,25 @@ class _BudgetSpentError(Exception):
     """A gang's planning went past its budget."""
 
 
-def _freed(before: Mapping[str, Usage], now: Mapping[str, Usage]) -> bool:
-    """Capacity was freed (or a node appeared) among the nodes in `now` since `before`."""
-    return any(
-        name not in before or (before[name] is not used and not before[name].within(used)) for name, used in now.items()
-    )
+def _room(gang: Gang, node: Node, usage: Usage, matcher: Matcher) -> tuple[int, ...]:
+    """How many members of each of the gang's demands fit on `node` with `usage`: all that a plan
+    reads of a node it holds nothing on, so a usage change that leaves these counts alone (a 1-GPU
+    pod coming or going beside an 8-GPU member's worth of used devices) cannot change the plan."""
+    limit = max(gang.size, 1)
+    demands = dict.fromkeys(gang.demand(part) for part in (None, *gang.parts))
+    return tuple(members_fit(node, usage, demand, limit, matcher)[0] for demand in demands)
+
+
+def _room_grew(gang: Gang, node: Node | None, before: Usage | None, now: Usage | None, matcher: Matcher) -> bool:
+    """Capacity was freed on `node` for this gang: more of its members fit there than before (or
+    the node is new to it)."""
+    if node is None or now is None:
+        return False
+    if before is None:
+        return True
+    if before is now or before.within(now):
+        return False
+    return any(a > b for a, b in zip(_room(gang, node, now, matcher), _room(gang, node, before, matcher), strict=True))
 
 
 def _hold_clock(
@@ -206,6 +220,7 @@ def _hold_clock(
     previous: HoldClock | None,
     nodes: dict[str, Node],
     usage: dict[str, Usage],
+    matcher: Matcher,
     *,
     now: float,
     timeout: float,
@@ -219,7 +234,10 @@ def _hold_clock(
 
     if previous is None:
         since = gang.anchor()
-    elif previous.members != members or (previous.expired and _freed(previous.usage, usable())):
+    elif previous.members != members or (
+        previous.expired
+        and any(_room_grew(gang, nodes.get(n), previous.usage.get(n), u, matcher) for n, u in usable().items())
+    ):
         since = now
     else:
         since = previous.since
@@ -693,7 +711,13 @@ class _Incremental:
         return seen.usable if seen is not None else _usable_names(gang, nodes)
 
     def clock(
-        self, gang: Gang, previous: HoldClock | None, nodes: dict[str, Node], usage: dict[str, Usage], **kw: float
+        self,
+        gang: Gang,
+        previous: HoldClock | None,
+        nodes: dict[str, Node],
+        usage: dict[str, Usage],
+        matcher: Matcher,
+        **kw: float,
     ) -> HoldClock:
         """`_hold_clock`, looking only at the nodes whose usage changed when the gang's last clock
         is the one this memo made and the gang is unchanged."""
@@ -707,10 +731,12 @@ class _Incremental:
         ):
             return previous
         if seen is None or previous is not seen.clock or not previous.expired:
-            return _hold_clock(gang, previous, nodes, usage, **kw)
+            return _hold_clock(gang, previous, nodes, usage, matcher, **kw)
         # The clock's usage covers the nodes the gang itself may use; unchanged ones are the same objects.
         changed = [name for name in self.base_dirty if name in previous.usage]
-        freed = any(name not in usage or not previous.usage[name].within(usage[name]) for name in changed)
+        freed = any(
+            _room_grew(gang, nodes.get(name), previous.usage[name], usage.get(name), matcher) for name in changed
+        )
         since = max(kw["now"] if freed else previous.since, gang.anchor())
         expired = kw["now"] - since > kw["timeout"]
         if not expired:
@@ -719,8 +745,18 @@ class _Incremental:
         held.update({name: usage[name] for name in changed if name in usage})
         return HoldClock(since, previous.members, True, held)
 
-    def reuse(self, gang: Gang, expired: bool, taken: dict[str, str], usable: frozenset[str]) -> _Record | None:
-        """The last plan's record for this gang, if nothing it depends on changed."""
+    def reuse(
+        self,
+        gang: Gang,
+        expired: bool,
+        taken: dict[str, str],
+        usable: frozenset[str],
+        *,
+        working: Mapping[str, Usage],
+        matcher: Matcher,
+    ) -> _Record | None:
+        """The last plan's record for this gang, if nothing it depends on changed: on each node it
+        may use whose usage differs from last time, it holds nothing and as many members fit."""
         if self.memo is None or self.index >= len(self.memo.records):
             self.memo = None
             return None
@@ -728,8 +764,16 @@ class _Incremental:
         if record.key != gang.ref.key or record.expired != expired:
             self.memo = None  # another order: the last plan's usage at each point no longer applies
             return None
-        fits = record.reusable and self.seen(gang) is not None and record.taken == taken
-        return record if fits and self.dirty.isdisjoint(usable) else None
+        if not (record.reusable and self.seen(gang) is not None and record.taken == taken):
+            return None
+        for name in self.dirty & usable:
+            then, now = self.previous.get(name, self.before.get(name)), working.get(name)
+            node = self.memo.nodes.get(name)
+            if name in record.plan.slots or then is None or now is None or node is None:
+                return None
+            if _room(gang, node, then, matcher) != _room(gang, node, now, matcher):
+                return None
+        return record
 
     def done(self, record: _Record, working: dict[str, Usage]) -> None:
         """After a gang is planned (`working` is the usage before its plan is applied)."""
@@ -781,14 +825,14 @@ def plan_cluster(
     present = [g for g in gangs if g.members]
     usable = {g.ref.key: incremental.usable(g, nodes) for g in present}
     after = {
-        g.ref.key: incremental.clock(g, clocks.get(g.ref.key), nodes, usage, now=now, timeout=limits.timeout)
+        g.ref.key: incremental.clock(g, clocks.get(g.ref.key), nodes, usage, matcher, now=now, timeout=limits.timeout)
         for g in present
     }
     active = [g for g in present if not after[g.ref.key].expired]
     waiting = [g for g in present if after[g.ref.key].expired]
 
     def planned(gang: Gang, working: dict[str, Usage], expired: bool) -> tuple[Plan, dict[str, Usage]]:
-        record = incremental.reuse(gang, expired, taken, usable[gang.ref.key])
+        record = incremental.reuse(gang, expired, taken, usable[gang.ref.key], working=working, matcher=matcher)
         if record is None:
             spent: list[bool] = []
             plan, changed = _plan_in_budget(
