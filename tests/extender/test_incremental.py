@@ -162,6 +162,45 @@ def test_an_unrelated_event_reuses_every_gang_plan() -> None:
     assert after.held == before.held
 
 
+def test_a_gpu_freed_beside_used_ones_reuses_every_whole_node_gang_plan() -> None:
+    """A 1-GPU pod ends on a node whose other 7 GPUs stay busy: no 8-GPU member fits there before
+    or after, so no gang's plan can change and none is planned again."""
+    cluster = Cluster(10)
+    decider = Decider(ExtenderConfig())
+    before = decider.plan(cluster.state.view(), cluster.single, SOON)
+    cluster.free()
+    view = cluster.state.view()
+    after = decider.plan(view, cluster.single, SOON)
+    assert all(after.plans[key] is plan for key, plan in before.plans.items())
+    _same_plan(after, Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
+
+
+def test_an_expired_hold_revives_only_where_a_member_now_fits() -> None:
+    """Past the hold timeout a gang holds again once capacity is freed where it may go; a freed
+    GPU that still leaves no room for one of its 8-GPU members is not such capacity."""
+    cluster = Cluster(11)
+    decider = Decider(ExtenderConfig())
+    expired = decider.plan(cluster.state.view(), cluster.single, LATE)
+    waiting = [key for key, clock in expired.clocks.items() if clock.expired]
+    assert waiting
+    node = next(name for name, used in cluster.state.view().usage.items() if len(used.devices) == 8)
+    claims = [
+        c
+        for c in cluster.state.objects["resourceclaims"].values()
+        if any(
+            r.get("pool") == node
+            for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+        )
+    ]
+    cluster.state.apply("DELETED", "resourceclaims", claims[0])
+    one_freed = decider.plan(cluster.state.view(), cluster.single, LATE + 1)
+    assert all(one_freed.clocks[key].expired for key in waiting), "one GPU beside 7 busy ones fits no member"
+    for claim in claims[1:]:
+        cluster.state.apply("DELETED", "resourceclaims", claim)
+    node_freed = decider.plan(cluster.state.view(), cluster.single, LATE + 2)
+    assert not any(node_freed.clocks[key].expired for key in waiting), "a whole free node fits a member"
+
+
 @pytest.mark.parametrize("event", ["allocate", "add_member", "taint"])
 def test_a_plan_is_not_reused_when_something_it_depends_on_changed(event: str) -> None:
     cluster = Cluster(7)
