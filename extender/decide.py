@@ -118,7 +118,7 @@ class Decider:
         self._memo: PlanMemo | None = None
         self._memo_at = -1
         # `gangs` is serialized: the view version its last pass validated every member at, and
-        # the context (classes, JobSets, PodGroups) it saw, reused while equal.
+        # the context (classes, JobSets, PodGroups of both kinds) it saw, reused while equal.
         self._gangs_lock = threading.Lock()
         self._gangs_at = -1
         self._context: tuple[object, ...] = ()
@@ -129,7 +129,7 @@ class Decider:
         )
 
     def gang(self, view: ClusterView, pod: dict[str, Any]) -> GangRef | None:
-        return gang_of(pod, view.jobsets, view.pod_group_min)
+        return gang_of(pod, view.jobsets, view.pod_group_min, view.native_groups)
 
     def node_of(self, view: ClusterView, pod: dict[str, Any]) -> str | None:
         """The node the pod is placed on: bound there, or its claim allocated there."""
@@ -233,6 +233,7 @@ class Decider:
             tuple(sorted(view.classes.items())),
             tuple(sorted(view.jobsets.items())),
             tuple(sorted(view.pod_group_min.items())),
+            None if view.native_groups is None else tuple(sorted(view.native_groups.items())),
         )
         if context == self._context:
             context = self._context

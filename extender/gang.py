@@ -1,7 +1,17 @@
 """Which gang a pod belongs to, how many members the gang has, and its topology wishes.
 
-Sources, in order: nativedra.dev/gang; scheduler-plugins PodGroup; Kueue plain-pod groups;
-JobSet; LeaderWorkerSet (one group of `size` pods).
+Sources, in order: a native PodGroup (scheduling.k8s.io, Kubernetes 1.36+); nativedra.dev/gang;
+scheduler-plugins PodGroup; Kueue plain-pod groups; JobSet; LeaderWorkerSet (one group of `size`
+pods).
+
+A native PodGroup comes first because kube-scheduler's own GangScheduling plugin enforces it: were
+the extender to group the pod otherwise, the two would hold and place different sets of pods and
+could each wait for the other. Its `gang.minCount` is a minimum (the scheduler admits a group once
+that many fit, and places the rest where they fit too), so the gang's size is marked as one; its
+one required topology key is a node label, as `nativedra.dev/topology-required` is. A PodGroup
+with the `basic` policy is no gang natively, so the pod's own labels decide. Where the cluster does
+not serve the API (`native_groups` is None: the `GenericWorkload` gate off, Kubernetes before 1.36)
+`spec.schedulingGroup` is ignored and everything works as without it.
 
 A JobSet is one gang: it runs only when all its replicated jobs run, so a driver placed without
 its workers would hold GPUs for nothing. Its parts are its Jobs (`<replicated job>/<index>`, sizes
@@ -35,7 +45,8 @@ LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
-# Without one of these labels `gang_of` finds no gang, whatever else the pod carries.
+NATIVE = "native"  # the source name of native PodGroup gangs, in keys: "<namespace>/native:<group>"
+# Without one of these labels (or a native scheduling group) `gang_of` finds no gang.
 IDENTITY_LABELS = (GANG, POD_GROUP, KUEUE_GROUP, JOBSET_NAME, LWS_NAME)
 
 
@@ -61,6 +72,9 @@ class GangRef:
     part: str = ""  # which of `parts` this pod belongs to
     parts: tuple[Part, ...] = ()  # empty: one part, the whole gang
     unseen: str | None = None  # an object that sizes the gang, not delivered by the watches yet
+    # `size` is a floor (a native PodGroup's minCount): more members may exist, and as many of them
+    # as fit are planned with it, as the native scheduler places every member that fits.
+    minimum: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,38 @@ class JobSetShape:
         )
 
 
+@dataclass(frozen=True)
+class NativeGroup:
+    """What a native PodGroup says about its pods: a gang of at least `min_count` pods (None: the
+    `basic` policy, no gang) that must share one value of node label `topology`, if given."""
+
+    min_count: int | None
+    topology: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_api(cls, group: dict[str, Any]) -> NativeGroup:
+        spec = group.get("spec") or {}
+        constraints = (spec.get("schedulingConstraints") or {}).get("topology") or []
+        topology = next((str(c["key"]) for c in constraints if c.get("key")), None)
+        gang = (spec.get("schedulingPolicy") or {}).get("gang")
+        if gang is None:
+            return cls(None, topology)
+        metadata = group.get("metadata") or {}
+        where = f"spec.schedulingPolicy.gang.minCount of PodGroup {metadata.get('namespace')}/{metadata.get('name')}"
+        value = gang.get("minCount")
+        size, error = _size(None if value is None else str(value), where)
+        if size is None and error is None:
+            error = f"{where} is missing"
+        return cls(size, topology, error)
+
+
+def scheduling_group(pod: dict[str, Any]) -> str | None:
+    """The native PodGroup the pod names in `spec.schedulingGroup.podGroupName`, if any."""
+    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    return str(group) if group else None
+
+
 def _size(value: str | None, where: str) -> tuple[int | None, str | None]:
     if value is None:
         return None, None
@@ -107,14 +153,16 @@ def may_belong_to_gang(pod: dict[str, Any]) -> bool:
     """A cheap test on labels alone, so the watch can drop pods that can never be gang members
     (most pods of a cluster) without knowing the gang's size sources."""
     labels = pod["metadata"].get("labels") or {}
-    return any(label in labels for label in IDENTITY_LABELS)
+    return any(label in labels for label in IDENTITY_LABELS) or scheduling_group(pod) is not None
 
 
 def gang_of(
     pod: dict[str, Any],
     jobsets: Mapping[tuple[str, str], JobSetShape],
     pod_group_min: Mapping[tuple[str, str], int],
+    native_groups: Mapping[tuple[str, str], NativeGroup] | None = None,
 ) -> GangRef | None:
+    """The pod's gang; `native_groups` are the native PodGroups, None where the API is not served."""
     metadata = pod["metadata"]
     labels: dict[str, str] = metadata.get("labels") or {}
     annotations: dict[str, str] = metadata.get("annotations") or {}
@@ -137,6 +185,21 @@ def gang_of(
             error=override_error or (error if override is None else None),
         )
 
+    if native_groups is not None and (group_name := scheduling_group(pod)) is not None:
+        key = f"{namespace}/{NATIVE}:{group_name}"
+        native = native_groups.get((namespace, group_name))
+        if native is None:
+            return GangRef(key, None, NATIVE, unseen=f"PodGroup {namespace}/{group_name}", minimum=True)
+        if native.min_count is not None or native.error is not None:
+            return GangRef(
+                key=key,
+                size=native.min_count,
+                source=NATIVE,
+                required_topology=native.topology or required,
+                preferred_topology=preferred,
+                error=native.error,
+                minimum=True,
+            )
     if GANG in labels:
         size_error = None if GANG_SIZE in both else f"pod {namespace}/{metadata['name']} has {GANG} but no {GANG_SIZE}"
         return ref("gang", labels[GANG], None, size_error)

@@ -21,7 +21,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from extender.capacity import Matcher, members_fit, most_members
@@ -66,8 +66,11 @@ class Gang:
 
     @property
     def size(self) -> int:
-        """A gang is never smaller than the members that exist (e.g. a Job not yet seen by the watch)."""
-        return max(sum(p.size for p in self.parts), len(self.members))
+        """A gang is never smaller than the members that exist (e.g. a Job not yet seen by the
+        watch), unless its size is a minimum: members past it are planned only where they fit
+        (see `_plan_gang`)."""
+        declared = sum(p.size for p in self.parts)
+        return declared if self.ref.minimum else max(declared, len(self.members))
 
     @property
     def placed(self) -> list[Member]:
@@ -381,9 +384,9 @@ def _too_big(gang: Gang, demand: Demand, nodes: dict[str, Node], matcher: Matche
         return None
     most = most_members(demand, nodes, matcher)
     if most is not None and size > most:
+        pods = f"needs at least {size} pods" if gang.ref.minimum else f"has {size} pods"
         return (
-            f"gang {key} has {size} pods of {demand.devices} device(s) each; "
-            f"this cluster could ever hold at most {most} of them"
+            f"gang {key} {pods} of {demand.devices} device(s) each; this cluster could ever hold at most {most} of them"
         )
     return None
 
@@ -544,7 +547,40 @@ def _plan_gang(
     limits: Limits,
     out_of_time: Callable[[], bool],
 ) -> tuple[Plan, dict[str, Usage]]:
-    """One gang's remaining members: parts that need a domain of their own each get one, the rest
+    """One gang's remaining members, all of them or nothing held. A gang whose size is a minimum
+    (a native PodGroup's minCount) with more members than that is planned with as many of them as
+    fit together, at least the minimum: the native scheduler admits the group once the minimum
+    fits and places every other member that fits in the same cycle, so planning the minimum alone
+    would keep members pending it would place, and planning them all would refuse a group it
+    admits. Whether a count fits only gets harder as it grows, so the largest is found by halving
+    (a few plans, not one per member)."""
+    if gang.ref.minimum and len(gang.members) > gang.size:
+        best: tuple[Plan, dict[str, Usage]] | None = None
+        low, high = gang.size + 1, len(gang.members)
+        while low <= high:
+            count = (low + high) // 2
+            sized = Gang(replace(gang.ref, size=count), gang.members)
+            attempt = _plan_members(sized, nodes, usage, matcher, taken=taken, limits=limits, out_of_time=out_of_time)
+            if attempt[0].feasible:
+                best, low = attempt, count + 1
+            else:
+                high = count - 1
+        if best is not None:
+            return best
+    return _plan_members(gang, nodes, usage, matcher, taken=taken, limits=limits, out_of_time=out_of_time)
+
+
+def _plan_members(
+    gang: Gang,
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    matcher: Matcher,
+    *,
+    taken: dict[str, str],
+    limits: Limits,
+    out_of_time: Callable[[], bool],
+) -> tuple[Plan, dict[str, Usage]]:
+    """The gang's remaining members: parts that need a domain of their own each get one, the rest
     go together into one domain; all of them, or nothing is held."""
     demand = gang.demand()
     settled = _settled(gang, demand)

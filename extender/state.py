@@ -22,13 +22,15 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from extender.gang import JobSetShape, may_belong_to_gang
+from extender.gang import JobSetShape, NativeGroup, may_belong_to_gang
 from extender.model import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
 from kube.resources import (
     COSCHEDULING_POD_GROUPS,
     DEVICE_CLASSES,
     JOBSETS,
+    NATIVE_POD_GROUPS,
+    NATIVE_POD_GROUPS_V1ALPHA2,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -37,16 +39,32 @@ from kube.resources import (
 
 log = logging.getLogger(__name__)
 # Custom resources are listed through `CustomObjectsApi`; built-in kinds through their typed APIs.
+# Kinds are named by plural, except the native PodGroups (same plural as scheduler-plugins' ones).
 CUSTOM_RESOURCES: dict[str, Resource] = {
-    r.plural: r
-    for r in (
-        RESOURCE_SLICES,
-        RESOURCE_CLAIMS,
-        RESOURCE_CLAIM_TEMPLATES,
-        DEVICE_CLASSES,
-        COSCHEDULING_POD_GROUPS,
-        JOBSETS,
-    )
+    **{
+        r.plural: r
+        for r in (
+            RESOURCE_SLICES,
+            RESOURCE_CLAIMS,
+            RESOURCE_CLAIM_TEMPLATES,
+            DEVICE_CLASSES,
+            COSCHEDULING_POD_GROUPS,
+            JOBSETS,
+        )
+    },
+    "nativepodgroups": NATIVE_POD_GROUPS,
+    "nativepodgroups-v1alpha2": NATIVE_POD_GROUPS_V1ALPHA2,
+}
+NATIVE_KINDS = ("nativepodgroups", "nativepodgroups-v1alpha2")
+# What an optional kind's absence means, said once in the log when the API stops serving it.
+ABSENT_MEANS = {
+    "podgroups": "pods labelled scheduling.x-k8s.io/pod-group are gangs of unknown size until it is",
+    "jobsets": "JobSet pods wait to be planned until it is",
+    "nativepodgroups": (
+        "pods' spec.schedulingGroup is not read as a gang (Kubernetes native gang scheduling needs the "
+        "GenericWorkload feature gate and scheduling.k8s.io/v1beta1 in --runtime-config)"
+    ),
+    "nativepodgroups-v1alpha2": "Kubernetes 1.36's native PodGroups are not read (1.37 serves v1beta1 instead)",
 }
 Key = tuple[str, str]
 Change = tuple[str, Key]  # (kind, key); node models are kind "node" and usage "usage", key ("", node name)
@@ -73,7 +91,8 @@ class ClusterState:
     """Every watched kind is stored the same way. Required kinds gate readiness: without their
     first list the view would be wrong. Optional kinds are CRDs that may not be installed
     (scheduler-plugins PodGroups): when the API does not serve one, it simply has no objects, and
-    readiness never waits for it."""
+    readiness never waits for it. Native PodGroups are optional the same way: the API is served
+    only with a feature gate on."""
 
     REQUIRED_KINDS = (
         "nodes",
@@ -83,7 +102,7 @@ class ClusterState:
         "resourceclaimtemplates",
         "deviceclasses",
     )
-    OPTIONAL_KINDS = ("podgroups", "jobsets")
+    OPTIONAL_KINDS = ("podgroups", "jobsets", *NATIVE_KINDS)
     KINDS = REQUIRED_KINDS + OPTIONAL_KINDS
 
     def __init__(self, driver: str) -> None:
@@ -92,6 +111,9 @@ class ClusterState:
         self.version = 0
         self.objects: dict[str, dict[Key, dict[str, Any]]] = {kind: {} for kind in self.KINDS}
         self._synced: set[str] = set()
+        self._absent: set[str] = set()  # optional kinds the API does not serve (or lets us read)
+        # The native PodGroups as the planner reads them, kept until one changes.
+        self._native: dict[Key, NativeGroup] | None = None
         self._nodes: dict[str, Node] = {}
         self._usage: dict[str, Usage] = {}
         self._slices_by_node: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
@@ -145,6 +167,9 @@ class ClusterState:
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         with self.lock:
+            self._absent.discard(kind)
+            if kind in NATIVE_KINDS:
+                self._native = None
             for key in list(self.objects[kind]):
                 self._forget(kind, key)
             for item in items:
@@ -159,10 +184,15 @@ class ClusterState:
                 # them again (a full collection over them stalls a call for up to a second).
                 gc.freeze()
 
-    def absent(self, kind: str) -> None:
-        """The API does not serve optional `kind` (its CRD is not installed): it has no objects,
-        and any seen before the CRD went away are gone with it."""
-        self.replace(kind, [])
+    def absent(self, kind: str) -> bool:
+        """The API does not serve optional `kind` (its CRD is not installed, its feature gate is
+        off): it has no objects, and any seen before it went away are gone with it. True when it
+        was not known to be absent before, so the caller says so once."""
+        with self.lock:
+            newly = kind not in self._absent
+            self.replace(kind, [])
+            self._absent.add(kind)
+            return newly
 
     def apply(self, event: str, kind: str, obj: dict[str, Any]) -> None:
         with self.lock:
@@ -188,6 +218,8 @@ class ClusterState:
 
     def _changed(self, kind: str, key: Key) -> None:
         self._snapshots.pop(kind, None)
+        if kind in NATIVE_KINDS:
+            self._native = None
         self._view = None
         if kind in JOURNALED:
             self._note((kind, key), self.version + 1)
@@ -287,6 +319,18 @@ class ClusterState:
             snapshot = self._snapshots[kind] = dict(self.objects[kind])
         return snapshot
 
+    def _native_groups(self) -> dict[Key, NativeGroup] | None:
+        """Both API versions' PodGroups in one mapping (a cluster serves one); None when neither is
+        served, so pods' scheduling groups are ignored rather than waited for. Until the first list
+        answers, the API counts as served: a member asked about that early is retried shortly."""
+        if all(kind in self._absent for kind in NATIVE_KINDS):
+            return None
+        if self._native is None:
+            self._native = {
+                key: NativeGroup.from_api(obj) for kind in NATIVE_KINDS for key, obj in self.objects[kind].items()
+            }
+        return self._native
+
     def view(self) -> ClusterView:
         """The view at the current version: the same object until something changes; mappings of
         kinds that did not change are shared with the previous view."""
@@ -309,6 +353,7 @@ class ClusterState:
                 classes={k[1]: v for k, v in self.objects["deviceclasses"].items()},
                 jobsets={key: JobSetShape.from_api(obj) for key, obj in self.objects["jobsets"].items()},
                 pod_group_min=pod_groups,
+                native_groups=self._native_groups(),
                 gang_pods=tuple(self._gang_pods),
                 affinity_pods=frozenset(self._affinity_pods),
                 changes=lambda since: self.changes(since, version),
@@ -323,6 +368,13 @@ def _lister(api: client.ApiClient, kind: str) -> Any:
     if kind == "pods":
         return core.list_pod_for_all_namespaces
     return CUSTOM_RESOURCES[kind].lister(api)
+
+
+def _say_absent(kind: str, status: int) -> None:
+    """Once per absence: which API is missing and what the extender does without it."""
+    resource = CUSTOM_RESOURCES[kind]
+    why = "not served" if status == 404 else "not readable with the extender's RBAC (403)"
+    log.info("%s %s/%s is %s: %s", resource.kind, resource.api_version, resource.plural, why, ABSENT_MEANS[kind])
 
 
 def run_informer(api: client.ApiClient, state: ClusterState, kind: str, stop: threading.Event) -> None:
@@ -340,8 +392,9 @@ def run_informer(api: client.ApiClient, state: ClusterState, kind: str, stop: th
                 if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                     state.apply(event["type"], kind, event["raw_object"])
         except client.ApiException as error:
-            if error.status == 404 and kind in ClusterState.OPTIONAL_KINDS:
-                state.absent(kind)
+            if error.status in (403, 404) and kind in ClusterState.OPTIONAL_KINDS:
+                if state.absent(kind):
+                    _say_absent(kind, error.status)
                 stop.wait(OPTIONAL_KIND_RETRY_S)  # the CRD may be installed after the extender starts
                 continue
             log.warning("%s watch: %s %s; re-listing", kind, error.status, error.reason)

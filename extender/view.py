@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.gang import JobSetShape
+from extender.gang import JobSetShape, NativeGroup
 from extender.model import Node, Usage
 
 
@@ -28,6 +28,8 @@ class ClusterView:
     classes: dict[str, dict[str, Any]]
     jobsets: dict[tuple[str, str], JobSetShape] = field(default_factory=dict)
     pod_group_min: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Native PodGroups (scheduling.k8s.io); None where the cluster does not serve that API.
+    native_groups: dict[tuple[str, str], NativeGroup] | None = None
     # Keys of the pods that may be gang members, and of those with inter-pod (anti-)affinity terms,
     # as the watches index them; None: not indexed, readers look at every pod.
     gang_pods: tuple[tuple[str, str], ...] | None = None

@@ -93,3 +93,7 @@ DEVICE_CLASSES = Resource(DRA_GROUP, DRA_VERSION, "deviceclasses", "DeviceClass"
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", namespaced=True)
 LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", namespaced=True)
 COSCHEDULING_POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True)
+# Kubernetes' own PodGroups (native gang scheduling): beta in 1.37, alpha (v1alpha2) in 1.36; both
+# served only with the GenericWorkload gate and the version in --runtime-config.
+NATIVE_POD_GROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", namespaced=True)
+NATIVE_POD_GROUPS_V1ALPHA2 = Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", namespaced=True)

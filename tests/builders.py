@@ -15,7 +15,7 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.slices import build_slices
 from extender.config import RACK_LABEL
-from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape
+from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape, NativeGroup
 from extender.model import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
 
@@ -104,10 +104,12 @@ def pod(
     claim: str | None = None,
     node: str | None = None,
     phase: str | None = None,
+    group: str | None = None,
 ) -> dict[str, Any]:
     """A pending pod (uid `uid-<name>`); with `template`, it claims devices through that
     ResourceClaimTemplate, and `claim` names the claim the controller generated from it; with
-    `node`, it is bound there; `phase` is its status phase (e.g. Succeeded)."""
+    `node`, it is bound there; `phase` is its status phase (e.g. Succeeded); `group` is the native
+    PodGroup it names in spec.schedulingGroup."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -121,6 +123,8 @@ def pod(
     spec: dict[str, Any] = {"resourceClaims": claims, "containers": []}
     if node:
         spec["nodeName"] = node
+    if group:
+        spec["schedulingGroup"] = {"podGroupName": group}
     status: dict[str, Any] = {}
     if claim:
         status["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": claim}]
@@ -138,10 +142,12 @@ def view(
     classes: Sequence[dict[str, Any]] = (GPU_CLASS,),
     claims: Sequence[dict[str, Any]] = (),
     jobsets: Sequence[dict[str, Any]] = (),
+    pod_groups: Sequence[dict[str, Any]] | None = None,
     version: int = 1,
 ) -> ClusterView:
     """A cluster view as the watches would build it; nothing in use unless `usage` says so, or
-    allocated `claims` (their devices are counted as in use, as the watches count them)."""
+    allocated `claims` (their devices are counted as in use, as the watches count them).
+    `pod_groups` are native PodGroups; None: the cluster does not serve that API."""
     if usage is None:
         usage = usage_from(list(claims), nodes, DRIVER)
     return ClusterView(
@@ -153,7 +159,27 @@ def view(
         templates={(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in templates},
         classes={c["metadata"]["name"]: c for c in classes},
         jobsets={(j["metadata"]["namespace"], j["metadata"]["name"]): JobSetShape.from_api(j) for j in jobsets},
+        native_groups=None
+        if pod_groups is None
+        else {(g["metadata"]["namespace"], g["metadata"]["name"]): NativeGroup.from_api(g) for g in pod_groups},
     )
+
+
+def pod_group(
+    name: str, min_count: int | None = None, topology: str | None = None, namespace: str = "ns"
+) -> dict[str, Any]:
+    """A native PodGroup (scheduling.k8s.io/v1beta1) as the API returns it: a gang of at least
+    `min_count` pods, or the basic policy without one; `topology` is its required node label."""
+    policy: dict[str, Any] = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+    spec: dict[str, Any] = {"schedulingPolicy": policy}
+    if topology:
+        spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
 
 
 def jobset(
