@@ -10,7 +10,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdi.spec import CdiDevice, ContainerEdits, DeviceNode, Spec
+from cdi.spec import CdiDevice, ContainerEdits, DeviceNode, Mount, Spec
 from dra_driver.errors import PrepareError
 from dra_driver.inventory import Gpu, Vendor
 from dra_driver.opaque_config import GpuConfig, SharingStrategy
@@ -24,6 +24,15 @@ CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
 NVIDIA_COMMON = ("/dev/nvidiactl",)
 NVIDIA_OPTIONAL = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")  # created lazily by nvidia-modprobe
 AMD_COMMON = ("/dev/kfd",)
+
+
+@dataclass(frozen=True)
+class MetadataMount:
+    """A request's device metadata file, bind-mounted read-only where the container looks for it."""
+
+    request: str  # base request name
+    host_path: str
+    container_path: str
 
 
 @dataclass(frozen=True)
@@ -137,8 +146,31 @@ def cdi_device_name(claim_uid: str, device_name: str) -> str:
     return f"{claim_uid}-{device_name}"
 
 
-def claim_spec(claim_uid: str, devices: list[ClaimDevice], host: HostDevices) -> Spec:
-    """One spec per claim; each allocated device is a CDI device `<claimUID>-<device>`.
+def metadata_device_name(claim_uid: str, request: str) -> str:
+    """`_` cannot occur in a device name (a DNS label), so this never names a GPU device."""
+    return f"{claim_uid}_metadata_{request}"
+
+
+def _metadata_device(claim_uid: str, mount: MetadataMount) -> CdiDevice:
+    """A CDI device per request that only mounts its metadata file: the kubelet hands a container
+    the CDI devices of the requests it names, so each container sees its requests' files only.
+    Mount options as the kubeletplugin helper writes them (metadata.go writeCDISpec): read-only
+    bind, no mount type (which would need cdiVersion 0.4.0). The helper writes a spec of its own
+    per request (kind `<driver>/metadata`); ours is a device of the claim's one spec, so it is
+    written, restored and removed with it."""
+    return CdiDevice(
+        name=metadata_device_name(claim_uid, mount.request),
+        container_edits=ContainerEdits(
+            mounts=(Mount(host_path=mount.host_path, container_path=mount.container_path, options=("ro", "bind")),)
+        ),
+    )
+
+
+def claim_spec(
+    claim_uid: str, devices: list[ClaimDevice], host: HostDevices, metadata: tuple[MetadataMount, ...] = ()
+) -> Spec:
+    """One spec per claim; each allocated device is a CDI device `<claimUID>-<device>`, in the
+    order of `devices`, followed by one metadata device per request of `metadata`.
 
     The GPU list is a claim-wide edit: a container given several devices of the claim gets every
     device's edits, so one variable set per device would keep only the last device's value."""
@@ -148,7 +180,7 @@ def claim_spec(claim_uid: str, devices: list[ClaimDevice], host: HostDevices) ->
             container_edits=ContainerEdits(env=_env(d), device_nodes=_gpu_nodes(d.gpu, host)),
         )
         for d in devices
-    )
+    ) + tuple(_metadata_device(claim_uid, mount) for mount in metadata)
     uuids = ",".join(dict.fromkeys(d.gpu.uuid for d in devices))
     common = ContainerEdits(
         env=(f"NATIVEDRA_GPU_UUIDS={uuids}",),

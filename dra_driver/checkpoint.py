@@ -58,6 +58,7 @@ class ClaimRecord:
     state: ClaimState
     devices: list[dict[str, Any]] = field(default_factory=list)  # the answer given to the kubelet
     cdi_spec: str | None = None  # the spec file's exact text, to restore a lost file
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # device metadata documents, by request
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +68,7 @@ class ClaimRecord:
             "state": self.state.value,
             "devices": self.devices,
             "cdiSpec": self.cdi_spec,
+            "metadata": self.metadata,
         }
 
     @classmethod
@@ -79,7 +81,10 @@ class ClaimRecord:
             raise ValueError(f"claim record {uid!r}: uid, namespace, name, state or cdiSpec is not a string")
         if not isinstance(devices, list) or not all(isinstance(device, dict) for device in devices):
             raise ValueError(f"claim record {uid!r}: devices is not a list of objects")
-        return cls(str(uid), str(namespace), str(name), ClaimState(str(state)), devices, spec)
+        metadata = record.get("metadata", {})  # absent in records written before device metadata
+        if not isinstance(metadata, dict) or not all(isinstance(document, dict) for document in metadata.values()):
+            raise ValueError(f"claim record {uid!r}: metadata is not an object of objects")
+        return cls(str(uid), str(namespace), str(name), ClaimState(str(state)), devices, spec, metadata)
 
 
 Change = Callable[[dict[str, ClaimRecord]], T]  # modifies the records in place; its result goes to the caller

@@ -25,6 +25,7 @@ from dra_driver.kubelet_paths import (
     dra_socket,
     registration_socket,
 )
+from dra_driver.metadata_store import MetadataStore
 from dra_driver.node_devices import NodeDevices
 from dra_driver.prepare import (
     API_TIMEOUT_S,
@@ -104,6 +105,7 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         on_failure=events.prepare_failed,
         checkpoint=checkpoint,
         specs=spec_store(settings.cdi_dir),
+        metadata=MetadataStore(settings.data_dir),
         dev_root=settings.dev_root,
         mig_supported=settings.backend.can_prepare_mig,
     )

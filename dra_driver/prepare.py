@@ -1,12 +1,12 @@
 """NodePrepareResources / NodeUnprepareResources for our claims, crash-safe and idempotent.
 
 Prepare: GET the claim, check it (UID, allocated, results for this driver and node), build its
-CDI spec, then record PrepareStarted -> write spec -> record PrepareCompleted. A crash at any
-step is repaired at start (`reconcile`): completed claims get their spec back, half-prepared ones
-are rolled back, a spec whose record was lost (corrupted checkpoint) gets its record rebuilt from
-the file and the API while its claim is allocated here, and only specs of claims not allocated
-here are deleted. Claims are serialised per UID; different
-claims run in parallel.
+CDI spec and its device metadata files (KEP-5304, mounted by the spec), then record PrepareStarted
+-> write the files -> record PrepareCompleted. A crash at any step is repaired at start
+(`reconcile`): completed claims get their files back, half-prepared ones are rolled back, a spec
+whose record was lost (corrupted checkpoint) gets its record rebuilt from the files and the API
+while its claim is allocated here, and only files of claims not allocated here are deleted.
+Claims are serialised per UID; different claims run in parallel.
 """
 
 from __future__ import annotations
@@ -28,11 +28,29 @@ from urllib3.exceptions import HTTPError
 from cdi.spec import Spec
 from cdi.store import SpecStore, is_kubernetes_uid, spec_text
 from dra_driver import DRIVER_NAME, metrics
-from dra_driver.cdi_edits import CDI_CLASS, CDI_VENDOR, ClaimDevice, HostDevices, claim_spec
+from dra_driver.cdi_edits import (
+    CDI_CLASS,
+    CDI_VENDOR,
+    ClaimDevice,
+    HostDevices,
+    MetadataMount,
+    cdi_device_name,
+    claim_spec,
+    metadata_device_name,
+)
 from dra_driver.checkpoint import Checkpoint, ClaimRecord, ClaimState
 from dra_driver.claim_locks import ClaimLocks
+from dra_driver.device_metadata import (
+    AllocatedDevice,
+    ClaimIdentity,
+    RequestMetadata,
+    base_request,
+    claim_metadata,
+    render,
+)
 from dra_driver.errors import PrepareError
 from dra_driver.kubelet_paths import CDI_SEARCH_DIRS
+from dra_driver.metadata_store import MetadataStore
 from dra_driver.opaque_config import ConfigError, config_for_request
 from dra_driver.published import DeviceKind, PublishedDevice
 from dra_driver.vendor_cdi import vendor_device_id
@@ -64,6 +82,15 @@ class PreparedDevice:
     device_name: str
     cdi_device_ids: list[str]
     share_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What prepare writes and answers for a claim, derived from the claim and the published devices."""
+
+    devices: list[ClaimDevice]
+    metadata: list[RequestMetadata]
+    spec: Spec
 
 
 ClaimReader = Callable[[ClaimRef], dict[str, Any]]  # raises PrepareError when it cannot
@@ -187,6 +214,7 @@ class ClaimPreparer:
         on_failure: FailureReport,
         checkpoint: Checkpoint,
         specs: SpecStore,
+        metadata: MetadataStore,
         dev_root: Path,
         cdi_roots: tuple[Path, ...] = CDI_SEARCH_DIRS,
         mig_supported: bool = True,
@@ -198,6 +226,7 @@ class ClaimPreparer:
         self.published = published
         self.checkpoint = checkpoint
         self.specs = specs
+        self.metadata = metadata
         self.host = HostDevices(dev_root)
         self.cdi_roots = cdi_roots
         self.mig_supported = mig_supported
@@ -226,23 +255,37 @@ class ClaimPreparer:
             return previous
         claim = self.read_claim(ref)
         try:
-            claim_devices = self._claim_devices(claim, ref)
-            spec = claim_spec(ref.uid, claim_devices, self.host)
+            plan = self._plan(claim, ref)
         except PrepareError as error:
             error.reserved_for = list(claim.get("status", {}).get("reservedFor", []))
             raise
-        answer = self._answer(claim_devices, spec)
-        self._commit(ref, answer, spec_text(spec))
+        answer = self._answer(ref.uid, plan)
+        self._commit(ref, answer, spec_text(plan.spec), {m.request: m.document for m in plan.metadata})
         return answer
 
     def _previous_answer(self, ref: ClaimRef) -> list[PreparedDevice] | None:
-        """The kubelet retries: a completed claim gets the same answer (and its spec back if it
-        was lost) without reading the claim again."""
+        """The kubelet retries: a completed claim gets the same answer (and its files back if
+        they were lost) without reading the claim again."""
         record = self.checkpoint.read().get(ref.uid)
         if record is None or record.state is not ClaimState.PREPARE_COMPLETED:
             return None
-        self._restore_spec(record)
+        self._restore(record)
         return [PreparedDevice(**device) for device in record.devices]
+
+    def _plan(self, claim: dict[str, Any], ref: ClaimRef) -> _Plan:
+        """The claim's devices, their metadata files (attributes as the slice publishes them) and
+        the spec that gives a container both."""
+        claim_devices = self._claim_devices(claim, ref)
+        allocated = [
+            AllocatedDevice(d.request, self.node_name, d.device.name, d.device.api.get("attributes", {}))
+            for d in claim_devices
+        ]
+        metadata = claim_metadata(ClaimIdentity.of(claim), allocated, DRIVER_NAME)
+        mounts = tuple(
+            MetadataMount(m.request, str(self.metadata.path_for(ref.uid, m.request)), m.container_path)
+            for m in metadata
+        )
+        return _Plan(claim_devices, metadata, claim_spec(ref.uid, claim_devices, self.host, mounts))
 
     def _claim_devices(self, claim: dict[str, Any], ref: ClaimRef) -> list[ClaimDevice]:
         results = our_results(claim, ref, self.node_name)  # validates UID and allocation first
@@ -275,34 +318,43 @@ class ClaimPreparer:
             raise PrepareError("bad_config", str(error)) from error
         return ClaimDevice(result["request"], device, config, result.get("shareID"), _consumed(result))
 
-    def _answer(self, claim_devices: list[ClaimDevice], spec: Spec) -> list[PreparedDevice]:
+    def _answer(self, uid: str, plan: _Plan) -> list[PreparedDevice]:
         """Per device: our CDI device, plus the vendor's own CDI device when the host has one
-        (it carries the driver libraries and hooks)."""
-        return [
-            PreparedDevice(
-                request_names=[claim_device.request.split("/", 1)[0]],
-                pool_name=self.node_name,
-                device_name=claim_device.device.name,
-                cdi_device_ids=[spec.qualified_name(cdi_device.name)]
-                + ([vendor] if (vendor := vendor_device_id(claim_device.gpu, self.cdi_roots)) else []),
-                share_id=claim_device.share_id,
-            )
-            for claim_device, cdi_device in zip(claim_devices, spec.devices, strict=True)
-        ]
+        (it carries the driver libraries and hooks). The first device of each request also
+        carries that request's metadata device, where the helper puts it too (draplugin.go
+        NodePrepareResources): a container naming the request gets the device and its file."""
+        unmounted = {m.request for m in plan.metadata}
+        answer = []
+        for claim_device in plan.devices:
+            request = base_request(claim_device.request)
+            ids = [plan.spec.qualified_name(cdi_device_name(uid, claim_device.device.name))]
+            if vendor := vendor_device_id(claim_device.gpu, self.cdi_roots):
+                ids.append(vendor)
+            if request in unmounted:
+                ids.append(plan.spec.qualified_name(metadata_device_name(uid, request)))
+                unmounted.discard(request)
+            device_name = claim_device.device.name
+            answer.append(PreparedDevice([request], self.node_name, device_name, ids, claim_device.share_id))
+        return answer
 
-    def _commit(self, ref: ClaimRef, answer: list[PreparedDevice], text: str) -> None:
-        """Record PrepareStarted, write the spec, record PrepareCompleted: a crash between any
-        two steps leaves a state that `reconcile` repairs at start. The fsyncs that the order
-        allows to overlap do: the spec's content with PrepareStarted (it appears only once that is
-        durable), its directory entry with PrepareCompleted (a completed claim whose spec was lost
-        gets it back from the record). The answer goes out only when both are durable."""
+    def _commit(
+        self, ref: ClaimRef, answer: list[PreparedDevice], text: str, metadata: dict[str, dict[str, Any]]
+    ) -> None:
+        """Record PrepareStarted, write the metadata files and the spec, record PrepareCompleted:
+        a crash between any two steps leaves a state that `reconcile` repairs at start. The fsyncs
+        that the order allows to overlap do: the files' content with PrepareStarted (they appear
+        only once that is durable), their directory entries with PrepareCompleted (a completed
+        claim whose files were lost gets them back from the record). The answer goes out only
+        when both are durable."""
         started = ClaimRecord(
-            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, [a.__dict__ for a in answer], text
+            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, [a.__dict__ for a in answer], text, metadata
         )
         recorded = self.checkpoint.submit(lambda records: records.__setitem__(ref.uid, started))
-        with self.specs.staged(ref.uid, text) as publish:
+        files = {request: render(document) for request, document in metadata.items()}
+        with self.specs.staged(ref.uid, text) as publish, self.metadata.staged(ref.uid, files) as publish_metadata:
             recorded.result()
             _crash_point("after-prepare-started")
+            publish_metadata()  # before the spec that mounts them
             publish()
         _crash_point("after-spec-written")
 
@@ -312,13 +364,14 @@ class ClaimPreparer:
 
         completed = self.checkpoint.submit(complete)
         self.specs.sync()
+        self.metadata.sync(ref.uid)
         metrics.PREPARED_CLAIMS.set(completed.result())
         _crash_point("after-prepare-completed")
 
     # -- unprepare -----------------------------------------------------------------------------
 
     def unprepare(self, ref: ClaimRef) -> None:
-        """Remove the spec and the record; an unknown claim is already unprepared."""
+        """Remove the spec, the metadata files and the record; an unknown claim is already unprepared."""
         started = time.perf_counter()
 
         def forget(records: dict[str, ClaimRecord]) -> int:
@@ -329,6 +382,7 @@ class ClaimPreparer:
             check_uid(ref)
             with self._locks.held(ref.uid):
                 self.specs.remove(ref.uid)
+                self.metadata.remove(ref.uid)
                 metrics.PREPARED_CLAIMS.set(self.checkpoint.update(forget))
         except PrepareError as error:
             metrics.CLAIM_ERRORS.labels("unprepare", error.reason).inc()
@@ -341,10 +395,18 @@ class ClaimPreparer:
 
     # -- start-up repair -------------------------------------------------------------------------
 
-    def _restore_spec(self, record: ClaimRecord) -> None:
+    def _restore(self, record: ClaimRecord) -> bool:
+        """Put back the files of a prepared claim that are lost (or not as recorded); True if any was."""
+        restored = False
         if record.cdi_spec and not self.specs.exists(record.uid):
             log.info("restoring the CDI spec of prepared claim %s/%s", record.namespace, record.name)
             self.specs.write_text(record.uid, record.cdi_spec)
+            restored = True
+        files = {request: render(document) for request, document in record.metadata.items()}
+        if files and self.metadata.restore(record.uid, files):
+            log.info("restoring the device metadata of prepared claim %s/%s", record.namespace, record.name)
+            restored = True
+        return restored
 
     def _allocated_here(self, uids: set[str]) -> dict[str, dict[str, Any]] | None:
         """Those of `uids` whose claim is allocated to this node by this driver (from the API);
@@ -371,19 +433,22 @@ class ClaimPreparer:
 
     def _rebuilt(self, claim: dict[str, Any]) -> ClaimRecord | None:
         """The record of a claim whose spec is on disk but not in the checkpoint (it was lost or
-        corrupted): the answer is derived again from the claim, the spec text is the file's."""
-        metadata = claim["metadata"]
-        ref = ClaimRef(metadata["namespace"], metadata["uid"], metadata["name"])
+        corrupted): the answer and the metadata files are derived again from the claim (as
+        prepare writes them), the spec text is the file's. A spec written before device metadata
+        existed mounts none, so the answer then names none."""
+        identity = claim["metadata"]
+        ref = ClaimRef(identity["namespace"], identity["uid"], identity["name"])
         try:
-            claim_devices = self._claim_devices(claim, ref)
-            answer = self._answer(claim_devices, claim_spec(ref.uid, claim_devices, self.host))
+            plan = self._plan(claim, ref)
             text = self.specs.read_text(ref.uid)
+            mounted = [m for m in plan.metadata if metadata_device_name(ref.uid, m.request) in text]
+            plan = dataclasses.replace(plan, metadata=mounted)
         except (PrepareError, OSError) as error:
             log.warning("start-up repair: cannot rebuild the record of %s (%s); its CDI spec is kept", ref, error)
             return None
-        return ClaimRecord(
-            ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, [a.__dict__ for a in answer], text
-        )
+        answer = [a.__dict__ for a in self._answer(ref.uid, plan)]
+        documents = {m.request: m.document for m in plan.metadata}
+        return ClaimRecord(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, answer, text, documents)
 
     def reconcile(self) -> dict[str, list[str]]:
         """Repair after a crash or reboot; returns what was done, for logs and tests. A spec without
@@ -397,19 +462,23 @@ class ClaimPreparer:
         def repair(records: dict[str, ClaimRecord]) -> int:
             for uid, record in list(records.items()):
                 if record.state is ClaimState.PREPARE_COMPLETED:
-                    if not self.specs.exists(uid):
-                        self._restore_spec(record)
+                    if self._restore(record):
                         done["restored"].append(uid)
                 else:
                     self.specs.remove(uid)
+                    self.metadata.remove(uid)
                     del records[uid]
                     done["rolled_back"].append(uid)
             for uid, claim in (allocated or {}).items():
                 if uid not in records and (rebuilt := self._rebuilt(claim)) is not None:
                     records[uid] = rebuilt
+                    self._restore(rebuilt)
                     done["rebuilt"].append(uid)
-            keep = unrecorded if allocated is None else set(allocated)  # no record rebuilt: the spec stays
-            done["orphans_removed"] = self.specs.remove_orphans(set(records) | keep)
+            keep = set(records) | (unrecorded if allocated is None else set(allocated))  # no record rebuilt: files stay
+            # Metadata without a spec and a record was never answered (or its spec went with a
+            # reboot, and then the kubelet prepares the claim again).
+            orphans = set(self.specs.remove_orphans(keep)) | set(self.metadata.remove_orphans(keep))
+            done["orphans_removed"] = sorted(orphans)
             return _completed(records)
 
         metrics.PREPARED_CLAIMS.set(self.checkpoint.update(repair))

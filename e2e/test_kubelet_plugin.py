@@ -9,6 +9,7 @@ import subprocess
 import urllib.request
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,6 +45,16 @@ def _checkpoint_claims(plugin: NodePlugin) -> dict[str, Any]:
     return dict(json.loads(path.read_text())["payload"]["claims"]) if path.exists() else {}
 
 
+def _json_stream(path: Path) -> list[dict[str, Any]]:
+    """A device metadata file read as its consumers do: one JSON object after another."""
+    text, decoder, found, at = path.read_text(), json.JSONDecoder(), [], 0
+    while at < len(text):
+        value, at = decoder.raw_decode(text, at)
+        found.append(value)
+        at = len(text) - len(text[at:].lstrip())
+    return found
+
+
 def test_registration_handshake_as_the_kubelet_does_it(h100: NodePlugin) -> None:
     info = register(h100.registration_socket)
     assert info.type == "DRAPlugin"
@@ -77,7 +88,10 @@ def test_prepare_and_unprepare_a_claim_the_real_scheduler_allocated(
     assert result.error == ""
     [device] = result.devices
     assert (list(device.request_names), device.pool_name, device.device_name) == (["gpus"], h100.node, "gpu-3")
-    assert list(device.cdi_device_ids) == [f"k8s.gpu.nativedra.dev/claim={key[1]}-gpu-3"]
+    assert list(device.cdi_device_ids) == [
+        f"k8s.gpu.nativedra.dev/claim={key[1]}-gpu-3",
+        f"k8s.gpu.nativedra.dev/claim={key[1]}_metadata_gpus",  # the request's device metadata (KEP-5304)
+    ]
 
     [spec_file] = spec_files(h100)
     assert spec_file.name == f"{CDI_PREFIX}{key[1]}.yaml"
@@ -86,8 +100,36 @@ def test_prepare_and_unprepare_a_claim_the_real_scheduler_allocated(
     # Device names start with the claim UID; CDI needs 0.5.0 only when that starts with a digit.
     assert spec["cdiVersion"] == ("0.5.0" if key[1][0].isdigit() else EARLIEST_VERSION)
     assert spec["kind"] == "k8s.gpu.nativedra.dev/claim"
-    [cdi_device] = spec["devices"]
+    cdi_device, metadata_device = spec["devices"]
     assert cdi_device["name"] == f"{key[1]}-gpu-3"
+    assert metadata_device["name"] == f"{key[1]}_metadata_gpus"
+    # The pod names the claim `gpus` (from a template) and the claim's request is `gpus` too.
+    [mount] = metadata_device["containerEdits"]["mounts"]
+    assert mount["containerPath"] == (
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpus/gpus/gpu.nativedra.dev-metadata.json"
+    )
+    assert mount["options"] == ["ro", "bind"]
+    metadata_file = Path(mount["hostPath"])
+    assert metadata_file.is_relative_to(h100.data_dir.absolute())
+    newest, older = _json_stream(metadata_file)
+    assert (newest["apiVersion"], older["apiVersion"]) == (
+        "metadata.resource.k8s.io/v1beta1",
+        "metadata.resource.k8s.io/v1alpha1",
+    )
+    assert older == {**newest, "apiVersion": older["apiVersion"]}
+    assert newest["kind"] == "DeviceMetadata"
+    assert newest["metadata"] == {"name": key[2], "namespace": namespace, "uid": key[1], "generation": 1}
+    assert newest["podClaimName"] == "gpus"
+    [request_metadata] = newest["requests"]
+    assert request_metadata["name"] == "gpus"
+    [device_metadata] = request_metadata["devices"]
+    assert (device_metadata["driver"], device_metadata["pool"], device_metadata["name"]) == (
+        DRIVER_NAME,
+        h100.node,
+        "gpu-3",
+    )
+    # Every attribute the API server stored for the device in the ResourceSlice, as stored.
+    assert device_metadata["attributes"] == published_devices(api, h100.node)["gpu-3"]["attributes"]
     assert cdi_device["containerEdits"]["deviceNodes"] == [
         {"path": "/dev/nvidia3", "type": "c", "major": 195, "minor": 3}
     ]
@@ -97,6 +139,7 @@ def test_prepare_and_unprepare_a_claim_the_real_scheduler_allocated(
 
     assert unprepare(h100.dra_socket, version, [key]).claims[key[1]].error == ""
     assert spec_files(h100) == []
+    assert not metadata_file.exists() and not metadata_file.parent.exists()
     assert _checkpoint_claims(h100) == {}
 
 
@@ -137,12 +180,17 @@ def test_fraction_gets_mps_limits_and_share_gets_its_share_id(
 def test_prepare_and_unprepare_are_idempotent(api: client.ApiClient, namespace: str, h100: NodePlugin) -> None:
     key = claim_key(whole_gpu_claim(api, namespace, "twice", h100.node))
     first = prepare(h100.dra_socket, "v1", [key])
+    metadata_dir = h100.data_dir / "dra-device-metadata" / key[1]
+    metadata = {path.name: path.read_bytes() for path in metadata_dir.iterdir()}
     second = prepare(h100.dra_socket, "v1", [key])
     assert first == second
     assert len(spec_files(h100)) == 1
+    assert list(metadata) == ["gpus.json"]
+    assert {path.name: path.read_bytes() for path in metadata_dir.iterdir()} == metadata
     for _ in range(2):
         assert unprepare(h100.dra_socket, "v1", [key]).claims[key[1]].error == ""
     assert spec_files(h100) == []
+    assert not metadata_dir.exists()
 
 
 def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(

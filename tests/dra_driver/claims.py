@@ -14,6 +14,7 @@ from dra_driver import DRIVER_NAME
 from dra_driver.checkpoint import Checkpoint
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.errors import PrepareError
+from dra_driver.metadata_store import MetadataStore
 from dra_driver.prepare import ClaimPreparer, ClaimRef, spec_store
 from dra_driver.publish_config import PublishConfig
 from dra_driver.slices import devices_and_counters
@@ -48,6 +49,7 @@ class Node:
             (self.dev / name).symlink_to("/dev/null")  # a real character device, no root needed
         self.checkpoint_path = root / "checkpoint.json"
         self.specs: SpecStore = spec_store(root / "cdi")
+        self.metadata = MetadataStore(root / "plugin-data")
         self.failures: list[tuple[ClaimRef, PrepareError]] = []  # what the plugin would turn into events
 
     def read_claim(self, ref: ClaimRef) -> dict[str, Any]:
@@ -67,6 +69,7 @@ class Node:
             on_failure=lambda ref, error: self.failures.append((ref, error)),
             checkpoint=self.checkpoint(),
             specs=self.specs,
+            metadata=self.metadata,
             dev_root=self.dev,
             cdi_roots=(self.root / "vendor-cdi",),
             mig_supported=mig_supported,

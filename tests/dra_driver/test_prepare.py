@@ -27,11 +27,13 @@ from tests.dra_driver.claims import NODE, Node, claim, new_claim
 def test_prepare_writes_the_spec_and_a_completed_record(node: Node) -> None:
     ref = new_claim(node)
     answer = node.preparer().prepare(ref)
-    assert answer == [
-        PreparedDevice(["gpus"], NODE, "gpu-0-1of2-0", [f"k8s.gpu.nativedra.dev/claim={ref.uid}-gpu-0-1of2-0"])
+    cdi_ids = [
+        f"k8s.gpu.nativedra.dev/claim={ref.uid}-gpu-0-1of2-0",
+        f"k8s.gpu.nativedra.dev/claim={ref.uid}_metadata_gpus",
     ]
+    assert answer == [PreparedDevice(["gpus"], NODE, "gpu-0-1of2-0", cdi_ids)]
     spec = yaml.safe_load(node.specs.path_for(ref.uid).read_text())
-    [device] = spec["devices"]
+    device, _metadata = spec["devices"]
     assert device["name"] == f"{ref.uid}-gpu-0-1of2-0"
     assert "NATIVEDRA_COMPUTE_PERCENT=50" in device["containerEdits"]["env"]
     assert [n["path"] for n in device["containerEdits"]["deviceNodes"]] == ["/dev/nvidia0"]
@@ -103,7 +105,7 @@ def test_a_mig_placement_is_refused_when_the_backend_cannot_prepare_mig(node: No
 def test_a_mig_placement_is_described_to_the_container_when_the_backend_can_prepare_mig(node: Node) -> None:
     ref = new_claim(node, devices=("gpu-6-1g-10gb-3",))
     node.preparer(mig_supported=True).prepare(ref)
-    [device] = yaml.safe_load(node.specs.path_for(ref.uid).read_text())["devices"]
+    device, _metadata = yaml.safe_load(node.specs.path_for(ref.uid).read_text())["devices"]
     assert {"NATIVEDRA_MIG_PROFILE=1g.10gb", "NATIVEDRA_MIG_PLACEMENT=3"} <= set(device["containerEdits"]["env"])
     assert [n["path"] for n in device["containerEdits"]["deviceNodes"]] == ["/dev/nvidia6"]
 
@@ -241,6 +243,7 @@ def test_no_spec_appears_when_prepare_started_cannot_be_recorded(node: Node, mon
     with pytest.raises(OSError, match="disk full"):
         node.preparer().prepare(ref)
     assert list(node.specs.directory.iterdir()) == [], "neither the spec nor its temporary file"
+    assert [p for p in node.metadata.directory.rglob("*") if p.is_file()] == [], "no metadata file either"
 
 
 def test_reconcile_removes_temporary_spec_files_left_by_a_crash_but_not_young_ones(node: Node) -> None:
