@@ -43,9 +43,10 @@ PROFILE_GPUS = load_profile(resolve_profile("h100-8x")).gpus
 GPU_UUIDS = {gpu.uuid: gpu.minor for gpu in PROFILE_GPUS}
 # What each probe container prints: its NVIDIA device nodes, then nativedra's and CUDA's environment,
 # again every second so a later look shows whether the devices are still there.
+METADATA_DIR = "/var/run/kubernetes.io/dra-device-attributes"  # KEP-5304 device metadata, mounted by CDI
 PROBE = (
     "while true; do echo BEGIN; ls -l /dev | grep nvidia; env | grep -E '^(NATIVEDRA|CUDA)_' | sort; "
-    "echo END; sleep 1; done"
+    f"find {METADATA_DIR} -name '*.json' 2>/dev/null | sed 's/^/METADATA /'; echo END; sleep 1; done"
 )
 ROLLOUT_PODS = 8  # quarter GPUs created during a rollout: room for them on 8 GPUs whatever else runs
 DEVICE_LINE = re.compile(r"^c\S*\s+\d+\s+\S+\s+\S+\s+(\d+),\s*(\d+)\s.*\s(nvidia\S*)$")
@@ -166,6 +167,7 @@ class Seen:
 
     devices: dict[str, tuple[int, int]]  # name -> (major, minor)
     env: dict[str, str]
+    metadata: list[str]  # device metadata files in the container
 
 
 def last_seen(env: Node, namespace: str, pod: str) -> Seen | None:
@@ -178,14 +180,17 @@ def last_seen(env: Node, namespace: str, pod: str) -> Seen | None:
         return None
     devices: dict[str, tuple[int, int]] = {}
     variables: dict[str, str] = {}
+    metadata: list[str] = []
     for line in blocks[-1].splitlines():
         match = DEVICE_LINE.match(line)
-        if match:
+        if line.startswith("METADATA "):
+            metadata.append(line.removeprefix("METADATA "))
+        elif match:
             devices[match.group(3)] = (int(match.group(1)), int(match.group(2)))
         elif "=" in line:
             key, value = line.split("=", 1)
             variables[key] = value
-    return Seen(devices, variables)
+    return Seen(devices, variables, sorted(metadata))
 
 
 def running_probe(env: Node, namespace: str, pod: str, timeout_s: float = 120) -> Seen:
@@ -236,6 +241,8 @@ def test_two_gpus_same_numa_see_exactly_their_devices(real_node: Node) -> None:
         assert len(numa) == 1, f"the claim's GPUs {uuids} span NUMA nodes {numa}"
         assert seen.devices == expected_nodes(uuids), f"container saw {seen.devices}"
         assert sorted(seen.env["NATIVEDRA_GPU_UUIDS"].split(",")) == sorted(uuids)
+        # The claim comes from a template: its pod claim name and request name the file (KEP-5304).
+        assert seen.metadata == [f"{METADATA_DIR}/resourceclaimtemplates/gpus/gpus/gpu.nativedra.dev-metadata.json"]
 
 
 def test_quarter_gpu_sees_its_mps_limits(real_node: Node) -> None:
