@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from bench import bench_extender, bench_prepare, bench_scheduler, bench_slices
+from bench import bench_extender, bench_native_gang, bench_prepare, bench_scheduler, bench_slices
 from nativedra.cluster import ControlPlane, resolve
 
 BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]] = {
@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]]
     "prepare": lambda api, plane: bench_prepare.run(api, plane.kubeconfig),
     "extender": bench_extender.run,
     "scheduler": bench_scheduler.run,
+    "native_gang": bench_native_gang.run,
 }
 
 

@@ -25,11 +25,12 @@ from dra_driver.slices import build_slices
 from e2e.tcp_balancer import TcpBalancer
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
+from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.pki import ExtenderTls, extender_tls
 from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.cluster.waits import http_ok, unschedulable_message
-from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
+from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, native_pod_group, request
 
 GPU_CLASS = "gpu.nativedra.dev"
 
@@ -84,6 +85,16 @@ class ExtenderCluster:
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read())
 
+    @contextlib.contextmanager
+    def scheduler_alone(self) -> Iterator[None]:
+        """The scheduler restarted without this extender (its own plugins only) for the block, and
+        with it again afterwards; the extender process keeps running, uncalled."""
+        self.plane.restart_scheduler({})
+        try:
+            yield
+        finally:
+            self.plane.restart_scheduler(scheduler_extra(self.port, self.tls))
+
     def kill_extender(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.kill()
@@ -111,15 +122,18 @@ class ExtenderCluster:
 
 @contextlib.contextmanager
 def _extender_plane(
-    root: Path, extender_config: dict[str, Any], port: int
+    root: Path, extender_config: dict[str, Any], port: int, features: Features = DEFAULTS
 ) -> Iterator[Callable[[str, int], ExtenderCluster]]:
     """A control plane whose scheduler calls https://127.0.0.1:`port`, with the DeviceClasses applied.
     Yields a factory of extender processes (not started): each serves the port it is given and has
     its own probe port and log; all share the TLS material and config, as a Deployment's replicas
-    share a Secret and a ConfigMap."""
+    share a Secret and a ConfigMap. `features`: gates beyond the defaults, for a test that says why."""
     tls = extender_tls(root / "extender-tls")
     plane = ControlPlane(
-        state_dir=root / "cluster", binaries=resolve(), scheduler_config_extra=scheduler_extra(port, tls)
+        state_dir=root / "cluster",
+        binaries=resolve(),
+        scheduler_config_extra=scheduler_extra(port, tls),
+        features=features,
     )
     plane.start()
     config_file = root / "extender.yaml"
@@ -137,9 +151,11 @@ def _extender_plane(
 
 
 @contextlib.contextmanager
-def extender_cluster(root: Path, extender_config: dict[str, Any]) -> Iterator[ExtenderCluster]:
+def extender_cluster(
+    root: Path, extender_config: dict[str, Any], features: Features = DEFAULTS
+) -> Iterator[ExtenderCluster]:
     port = free_port()
-    with _extender_plane(root, extender_config, port) as extender:
+    with _extender_plane(root, extender_config, port, features) as extender:
         harness = extender("extender", port)
         try:
             harness.start_extender()
@@ -223,6 +239,32 @@ def gang_pods(
     return names
 
 
+def native_gang_pods(
+    api: client.ApiClient,
+    namespace: str,
+    group: str,
+    size: int,
+    gpus: int,
+    *,
+    topology: str | None = None,
+    selector: dict[str, str] | None = None,
+    members: range | None = None,
+    min_count: int | None = None,
+) -> list[str]:
+    """Pods of one native PodGroup (created with the first of them), each asking for `gpus` whole
+    GPUs; the group's minCount is `size` unless given; returns the pods' names."""
+    template = f"{group}-gpus"
+    if members is None or members.start == 0:
+        claim_template(api, namespace, template, [request("gpus", GPU_CLASS, count=gpus)])
+        native_pod_group(api, namespace, group, size if min_count is None else min_count, topology)
+    names = []
+    for index in members if members is not None else range(size):
+        name = f"{group}-{index}"
+        gpu_pod(api, namespace, name, template, node_selector=selector, pod_group=group)
+        names.append(name)
+    return names
+
+
 def bound(api: client.ApiClient, namespace: str, names: list[str]) -> dict[str, str]:
     """Pod -> node for those of `names` that are bound."""
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
@@ -253,16 +295,23 @@ def settled_placement(api: client.ApiClient, namespace: str, names: list[str], t
 
 def delete_pods(api: client.ApiClient, namespace: str, names: list[str], timeout_s: float = 60) -> None:
     """Delete pods now, the waiting ones first (so none takes what a bound one frees), and wait
-    until they and their claims are gone: their devices are free again."""
+    until they and the claims generated for them are gone: their devices are free again. Other
+    pods of the namespace keep theirs."""
     core = client.CoreV1Api(api)
     placed = bound(api, namespace, names)
     for name in sorted(names, key=lambda n: n in placed):
         with contextlib.suppress(client.ApiException):
             core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
+    def theirs(claim: dict[str, Any]) -> bool:
+        owners = claim["metadata"].get("ownerReferences") or []
+        return claim["metadata"]["namespace"] == namespace and any(
+            owner.get("kind") == "Pod" and owner.get("name") in names for owner in owners
+        )
+
     def gone() -> bool:
         pods = {p.metadata.name for p in core.list_namespaced_pod(namespace).items}
         claims = RESOURCE_CLAIMS.list(api).get("items") or []
-        return not pods & set(names) and not any(c["metadata"]["namespace"] == namespace for c in claims)
+        return not pods & set(names) and not any(theirs(claim) for claim in claims)
 
     wait_for(gone, timeout_s, f"{len(names)} pods and their claims to go")

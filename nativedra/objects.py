@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client, dynamic
 
 from dra_driver import DRIVER_NAME
-from kube.resources import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kube.resources import NATIVE_POD_GROUPS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 FIELD_MANAGER = "nativedra"
 
@@ -92,8 +92,10 @@ def gpu_pod(
     node_selector: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
+    pod_group: str | None = None,
 ) -> None:
-    """A pod whose one container uses one claim generated from `template`."""
+    """A pod whose one container uses one claim generated from `template`; with `pod_group`, a
+    member of that native PodGroup (spec.schedulingGroup, immutable once created)."""
     spec: dict[str, Any] = {
         "containers": [
             {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
@@ -106,8 +108,23 @@ def gpu_pod(
         selector["kubernetes.io/hostname"] = node
     if selector:
         spec["nodeSelector"] = selector
+    if pod_group:
+        spec["schedulingGroup"] = {"podGroupName": pod_group}
     metadata: dict[str, Any] = {"name": name, "labels": labels or {}, "annotations": annotations or {}}
     client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": metadata, "spec": spec})
+
+
+def native_pod_group(
+    api: client.ApiClient, namespace: str, name: str, min_count: int, topology: str | None = None
+) -> dict[str, Any]:
+    """A native PodGroup (Kubernetes 1.37, `GenericWorkload` gate): a gang of at least
+    `min_count` pods, all in one domain of node label `topology` when given (that field needs the
+    `TopologyAwareWorkloadScheduling` gate too; without it the API server drops it)."""
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if topology:
+        spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    body = {"apiVersion": NATIVE_POD_GROUPS.api_version, "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
+    return NATIVE_POD_GROUPS.create(api, body, namespace)
 
 
 def claim_key(claim: dict[str, Any]) -> tuple[str, str, str]:
