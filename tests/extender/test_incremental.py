@@ -4,6 +4,7 @@ equal to a plan made from scratch (a fresh Decider, or the planner without its m
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import random
 from datetime import datetime
@@ -263,3 +264,22 @@ def test_the_journal_names_what_changed_and_gives_up_past_its_floor() -> None:
     unchanged = cluster.state.view()
     assert unchanged is after, "no event since: the same view"
     assert after.pods is before.pods, "only claims changed: the pods mapping is shared"
+
+
+def test_objects_that_plans_and_watches_keep_are_frozen_out_of_full_collections() -> None:
+    """A full collection walking what a plan from scratch leaves, or what watch events bring,
+    stalls a call; both are frozen (a plan from scratch at once, events every REFREEZE_EVENTS)."""
+    cluster = Cluster(12)
+    decider = Decider(ExtenderConfig())
+    gc.unfreeze()
+    try:
+        decider.plan(cluster.state.view(), cluster.single, SOON)
+        assert gc.get_freeze_count() > 0, "a plan from scratch freezes what it made"
+        gc.unfreeze()
+        for _ in range(ClusterState.REFREEZE_EVENTS - 1):
+            cluster.touch_claim()
+        assert gc.get_freeze_count() == 0
+        cluster.touch_claim()
+        assert gc.get_freeze_count() > 0, "watch events freeze what they stored"
+    finally:
+        gc.unfreeze()
