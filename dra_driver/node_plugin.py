@@ -13,6 +13,7 @@ from types import FrameType
 from prometheus_client import start_http_server
 
 from dra_driver.checkpoint import Checkpoint, boot_id
+from dra_driver.device_status import DeviceStatusReports, api_status_applier
 from dra_driver.discovery import Backend
 from dra_driver.events import FailureEvents, api_event_poster, node_warning
 from dra_driver.grpc_server import HealthServicer, KubeletServers
@@ -97,6 +98,9 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     )
     checkpoint = Checkpoint(settings.data_dir / "checkpoint.json", boot_id())
     events = FailureEvents(post_event, settings.node_name)
+    statuses = DeviceStatusReports(
+        api_status_applier(bounded_client(api), settings.node_name, API_TIMEOUT_S), settings.node_name
+    )
     preparer = ClaimPreparer(
         api_claim_reader(api),
         settings.node_name,
@@ -108,6 +112,8 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         metadata=MetadataStore(settings.data_dir),
         dev_root=settings.dev_root,
         mig_supported=settings.backend.can_prepare_mig,
+        on_prepared=statuses.prepared,
+        on_unprepared=statuses.unprepared,
     )
     preparer.reconcile()
     servers = KubeletServers(
@@ -119,6 +125,7 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     servers.start()
     publishing = _thread("slices", controller.run, stop)
     _thread("events", events.run, stop)
+    _thread("device-status", statuses.run, stop)
     # Watchers block in long reads; they are daemons and end with the process.
     _thread("slice-watch", controller.watch_slices, stop)
     _thread("discovery-watch", lambda until: settings.backend.watch(until, controller.trigger), stop)

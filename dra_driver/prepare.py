@@ -96,6 +96,8 @@ class _Plan:
 ClaimReader = Callable[[ClaimRef], dict[str, Any]]  # raises PrepareError when it cannot
 ClaimLister = Callable[[], list[dict[str, Any]]]  # every ResourceClaim; raises PrepareError when it cannot
 FailureReport = Callable[[ClaimRef, PrepareError], None]
+PreparedReport = Callable[[ClaimRef, list[ClaimDevice]], None]  # a claim newly prepared, with its devices
+UnpreparedReport = Callable[[ClaimRef], None]
 MAX_LIST_PAGES = 1000  # x LIST_PAGE claims: far beyond any cluster, but a bound
 LIST_PAGE = 500
 
@@ -218,8 +220,12 @@ class ClaimPreparer:
         dev_root: Path,
         cdi_roots: tuple[Path, ...] = CDI_SEARCH_DIRS,
         mig_supported: bool = True,
+        on_prepared: PreparedReport = lambda _ref, _devices: None,
+        on_unprepared: UnpreparedReport = lambda _ref: None,
     ) -> None:
         self.read_claim = read_claim
+        self.on_prepared = on_prepared
+        self.on_unprepared = on_unprepared
         self.list_claims = list_claims
         self.on_failure = on_failure
         self.node_name = node_name
@@ -261,6 +267,7 @@ class ClaimPreparer:
             raise
         answer = self._answer(ref.uid, plan)
         self._commit(ref, answer, spec_text(plan.spec), {m.request: m.document for m in plan.metadata})
+        self.on_prepared(ref, plan.devices)
         return answer
 
     def _previous_answer(self, ref: ClaimRef) -> list[PreparedDevice] | None:
@@ -374,8 +381,10 @@ class ClaimPreparer:
         """Remove the spec, the metadata files and the record; an unknown claim is already unprepared."""
         started = time.perf_counter()
 
+        known: list[bool] = []
+
         def forget(records: dict[str, ClaimRecord]) -> int:
-            records.pop(ref.uid, None)
+            known.append(records.pop(ref.uid, None) is not None)
             return _completed(records)
 
         try:
@@ -384,6 +393,8 @@ class ClaimPreparer:
                 self.specs.remove(ref.uid)
                 self.metadata.remove(ref.uid)
                 metrics.PREPARED_CLAIMS.set(self.checkpoint.update(forget))
+            if any(known):
+                self.on_unprepared(ref)
         except PrepareError as error:
             metrics.CLAIM_ERRORS.labels("unprepare", error.reason).inc()
             raise

@@ -25,6 +25,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from e2e.extender_harness import fresh_namespace
 from kube.resources import RESOURCE_CLAIMS
@@ -243,6 +244,17 @@ def test_two_gpus_same_numa_see_exactly_their_devices(real_node: Node) -> None:
         assert sorted(seen.env["NATIVEDRA_GPU_UUIDS"].split(",")) == sorted(uuids)
         # The claim comes from a template: its pod claim name and request name the file (KEP-5304).
         assert seen.metadata == [f"{METADATA_DIR}/resourceclaimtemplates/gpus/gpus/gpu.nativedra.dev-metadata.json"]
+        # The plugin, as the DaemonSet's service account, reports each device in the claim's status
+        # (allowed by the fine-grained `resourceclaims/driver` `associated-node:patch` rule).
+        claim_name = pod_claim_name(real_node, namespace, pod)
+
+        def reported() -> list[dict[str, Any]] | None:
+            statuses = RESOURCE_CLAIMS.get(real_node.api, claim_name, namespace).get("status", {}).get("devices")
+            return [d for d in statuses or [] if d["driver"] == DRIVER_NAME] or None
+
+        entries = wait_for(reported, 30, f"device status on claim {claim_name}")
+        assert sorted(e["data"]["uuid"] for e in entries) == sorted(uuids)
+        assert all(e["pool"] == NODE and e["conditions"][0]["type"] == "Ready" for e in entries)
 
 
 def test_quarter_gpu_sees_its_mps_limits(real_node: Node) -> None:

@@ -47,6 +47,30 @@ class Resource:
             return dict(objects.replace_namespaced_custom_object_status(*self._path(namespace), name, body))
         return dict(objects.replace_cluster_custom_object_status(*self._path(), name, body))
 
+    def apply_status(
+        self,
+        api: client.ApiClient,
+        name: str,
+        body: dict[str, Any],
+        namespace: str | None,
+        *,
+        field_manager: str,
+        timeout_s: float,
+    ) -> None:
+        """Server-side apply of the status subresource: the fields in `body` become `field_manager`'s,
+        and what it owned before but left out is removed."""
+        objects = client.CustomObjectsApi(api)
+        kwargs: dict[str, Any] = {
+            "field_manager": field_manager,
+            "force": True,
+            "_content_type": "application/apply-patch+yaml",
+            "_request_timeout": timeout_s,
+        }
+        if self.namespaced:
+            objects.patch_namespaced_custom_object_status(*self._path(namespace), name, body, **kwargs)
+        else:
+            objects.patch_cluster_custom_object_status(*self._path(), name, body, **kwargs)
+
     def patch(self, api: client.ApiClient, name: str, body: dict[str, Any], namespace: str | None = None) -> None:
         """A merge patch (e.g. suspending a JobSet)."""
         objects = client.CustomObjectsApi(api)

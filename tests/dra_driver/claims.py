@@ -43,6 +43,8 @@ class Node:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.claims: dict[str, dict[str, Any]] = {}  # by claim name: what the API would return
+        # Device status reports: (claim, prepared device names), or (claim, None) once unprepared.
+        self.reports: list[tuple[ClaimRef, list[str] | None]] = []
         self.dev = root / "dev"
         self.dev.mkdir()
         for name in ["nvidiactl", *(f"nvidia{gpu.minor}" for gpu in INVENTORY.gpus)]:
@@ -73,6 +75,8 @@ class Node:
             dev_root=self.dev,
             cdi_roots=(self.root / "vendor-cdi",),
             mig_supported=mig_supported,
+            on_prepared=lambda ref, devices: self.reports.append((ref, [d.device.name for d in devices])),
+            on_unprepared=lambda ref: self.reports.append((ref, None)),
         )
 
 
