@@ -21,7 +21,7 @@ __all__ = ["Binaries", "BinaryError", "build_kubernetes", "cache_root", "pinned_
 log = logging.getLogger(__name__)
 
 DEFAULT_K8S_VERSION = "v1.37.2"
-MINIMUM_MINOR = 36
+MINIMUM_MINOR = 34
 KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 _VERSION_RE = re.compile(r"^v1\.(\d+)\.(\d+)$")
 _STAGING_REPLACE_RE = re.compile(r"^\s*(k8s\.io/[A-Za-z0-9._-]+)\s+=>\s+\./staging/", re.MULTILINE)

@@ -30,7 +30,7 @@ def test_wrapper_replaces_every_staging_module_with_its_published_version() -> N
 
 def test_version_pin_rejects_old_or_malformed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NATIVEDRA_K8S_VERSION", "v1.33.0")
-    with pytest.raises(BinaryError, match=r"1\.36 or newer"):
+    with pytest.raises(BinaryError, match=r"1\.34 or newer"):
         pinned_version()
     monkeypatch.setenv("NATIVEDRA_K8S_VERSION", "latest")
     with pytest.raises(BinaryError, match="expected a release like"):
