@@ -60,6 +60,11 @@ class RealNodeError(ControlPlaneError):
     """The real node could not be set up, or did not become Ready."""
 
 
+class ContainersUnavailableError(RealNodeError):
+    """containerd runs but cannot start a container on this machine (no overlayfs, cgroups or
+    namespaces for it): a property of the machine, not of nativedra."""
+
+
 def fake_dev_tree(root: Path, gpu_minors: list[int]) -> None:
     """/dev/nvidia<minor> for each GPU and /dev/nvidiactl, as character devices with NVIDIA's
     major, so CDI specs carry the numbers a GPU node would give."""
@@ -309,12 +314,20 @@ class RealNode:
             self._start_containerd(pause_image)
             for archive in archives:
                 self.ctr("images", "import", "--no-unpack=false", str(archive))
+            self._check_containers(pause_image)
             self._start_service_forwarder()
             self._start_kubelet(kubelet)
             self._wait_registered()
         except BaseException:
             self.stop()
             raise
+
+    def _check_containers(self, image: str) -> None:
+        """One container, run and removed, before the kubelet depends on it."""
+        try:
+            self.ctr("run", "--rm", "--net-host", image, f"nativedra-check-{os.getpid()}", "true")
+        except RealNodeError as error:
+            raise ContainersUnavailableError(f"containers cannot run on this machine: {error}") from error
 
     def ctr(self, *args: str) -> str:
         return _ctr(self.record, *args)
