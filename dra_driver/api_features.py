@@ -18,6 +18,7 @@ GATE_OF_FIELD = {
     "sharedCounters": "DRAPartitionableDevices",
     "consumesCounters": "DRAPartitionableDevices",
     "allowMultipleAllocations": "DRAConsumableCapacity",
+    "compatibilityGroups": "DRADeviceCompatibilityGroups",
 }
 
 
@@ -42,6 +43,9 @@ def dropped_fields(desired: dict[str, Any], stored: dict[str, Any]) -> frozenset
             for field in ("consumesCounters", "allowMultipleAllocations")
             if device.get(field) and not kept.get(field)
         )
+        grouped = any(c.get("compatibilityGroups") for c in device.get("consumesCounters") or [])
+        if grouped and not any(c.get("compatibilityGroups") for c in kept.get("consumesCounters") or []):
+            dropped.add("compatibilityGroups")
     return frozenset(dropped)
 
 
@@ -52,6 +56,8 @@ def safe_config(config: PublishConfig, dropped: frozenset[str]) -> PublishConfig
         changes.update(fractions=(), mig=False)
     if "allowMultipleAllocations" in dropped:
         changes["share_gpus"] = ()
+    if "compatibilityGroups" in dropped:
+        changes["mig_or_fractions"] = False
     return config.model_copy(update=changes)
 
 
@@ -63,8 +69,11 @@ def describe(dropped: frozenset[str]) -> str:
         left_out.append("fractions and MIG placements")
     if "allowMultipleAllocations" in dropped:
         left_out.append("consumable shares")
+    if "compatibilityGroups" in dropped:
+        left_out.append("a choice of MIG placements or fractions per GPU (each keeps the fixed split)")
+    whole_only = bool(dropped - {"compatibilityGroups"})
     return (
-        f"the API server does not store {', '.join(sorted(dropped))}: publishing whole GPUs without "
-        f"{' or '.join(left_out)}; enable the feature gate(s) {', '.join(gates)} on the API server and "
+        f"the API server does not store {', '.join(sorted(dropped))}: publishing "
+        f"{'whole GPUs ' if whole_only else ''}without {' or '.join(left_out)}; enable the feature gate(s) {', '.join(gates)} on the API server and "
         "scheduler to publish them"
     )

@@ -40,6 +40,13 @@ def _add_publish_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--mig", choices=("true", "false"), help="publish MIG placements of GPUs in MIG mode")
     add_flag(
         parser,
+        "--mig-or-fractions",
+        choices=("true", "false"),
+        help="MIG-capable GPUs offer MIG placements or fractions, the scheduler picks per GPU "
+        "(Kubernetes 1.37+ with the alpha gate DRADeviceCompatibilityGroups)",
+    )
+    add_flag(
+        parser,
         "--sharing",
         choices=("exclusive", "consumable"),
         help="consumable: publish every GPU as a consumable share device (claims request memory/compute)",
@@ -53,6 +60,8 @@ def publish_config_from(args: argparse.Namespace) -> PublishConfig:
         overrides["fractions"] = parse_fractions(args.fractions)
     if args.mig is not None:
         overrides["mig"] = args.mig == "true"
+    if args.mig_or_fractions is not None:
+        overrides["mig_or_fractions"] = args.mig_or_fractions == "true"
     if args.sharing == "consumable":
         overrides["share_gpus"] = "all"
     elif args.sharing == "exclusive":

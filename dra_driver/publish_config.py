@@ -26,6 +26,10 @@ class PublishConfig(BaseModel):
     share_gpus: Literal["all"] | tuple[Annotated[int, Field(ge=0)], ...] = ()
     share_default_compute: Annotated[int, Field(ge=1, le=100)] = 10
     share_min_memory_mib: Annotated[int, Field(ge=1)] = 256
+    # A MIG-capable GPU not in MIG mode offers both its MIG placements and its fractions, kept apart by
+    # compatibility groups so the scheduler picks one mode per GPU (needs the alpha gate
+    # DRADeviceCompatibilityGroups on API server and scheduler; without it: the fixed split).
+    mig_or_fractions: bool = False
 
     @field_validator("fractions")
     @classmethod

@@ -105,7 +105,23 @@ def _whole_counters(gpu: Gpu) -> dict[str, Any]:
     return {"memory": {"value": str(gpu.memory_bytes)}, "compute": {"value": str(COMPUTE_UNITS)}}
 
 
-def _whole_gpu(gpu: Gpu, inventory: Inventory, with_counters: bool) -> PublishedDevice:
+# Compatibility groups of a GPU that offers both modes: devices of one group only share a GPU.
+MIG_GROUP = "mig"
+FRACTION_GROUP = "fractions"
+
+
+def _mig_slice_counters(gpu: Gpu) -> dict[str, Any]:
+    return {memory_slice_counter(i): {"value": "1"} for i in range(gpu.mig_memory_slices)}
+
+
+def _consumption(gpu: Gpu, counters: dict[str, Any], group: str | None) -> dict[str, Any]:
+    consumption: dict[str, Any] = {"counterSet": counter_set_name(gpu), "counters": counters}
+    if group:
+        consumption["compatibilityGroups"] = [group]
+    return consumption
+
+
+def _whole_gpu(gpu: Gpu, inventory: Inventory, with_counters: bool, both_modes: bool = False) -> PublishedDevice:
     device: Spec = {
         "name": whole_device_name(gpu),
         "attributes": {
@@ -117,11 +133,14 @@ def _whole_gpu(gpu: Gpu, inventory: Inventory, with_counters: bool) -> Published
         "capacity": _memory_and_multiprocessors(gpu, 1),
     }
     if with_counters:
-        device["consumesCounters"] = [{"counterSet": counter_set_name(gpu), "counters": _whole_counters(gpu)}]
+        counters = {**_whole_counters(gpu), **(_mig_slice_counters(gpu) if both_modes else {})}
+        device["consumesCounters"] = [_consumption(gpu, counters, None)]
     return _published(device, DeviceKind.GPU, gpu)
 
 
-def _fractions(gpu: Gpu, inventory: Inventory, denominators: tuple[int, ...]) -> list[PublishedDevice]:
+def _fractions(
+    gpu: Gpu, inventory: Inventory, denominators: tuple[int, ...], group: str | None = None
+) -> list[PublishedDevice]:
     devices = []
     for denominator in denominators:
         fraction = Fraction(1, denominator)
@@ -138,13 +157,11 @@ def _fractions(gpu: Gpu, inventory: Inventory, denominators: tuple[int, ...]) ->
                 },
                 "capacity": _memory_and_multiprocessors(gpu, denominator),
                 "consumesCounters": [
-                    {
-                        "counterSet": counter_set_name(gpu),
-                        "counters": {
-                            "memory": {"value": str(memory)},
-                            "compute": {"value": str(COMPUTE_UNITS // denominator)},
-                        },
-                    }
+                    _consumption(
+                        gpu,
+                        {"memory": {"value": str(memory)}, "compute": {"value": str(COMPUTE_UNITS // denominator)}},
+                        group,
+                    )
                 ],
             }
             devices.append(_published(device, DeviceKind.FRACTION, gpu, fraction=fraction))
@@ -155,7 +172,7 @@ def mig_device_name(gpu: Gpu, profile: MigProfile, start: int) -> str:
     return dns_label(f"gpu-{gpu.index}-{profile.name}-{start}")
 
 
-def _mig_placements(gpu: Gpu, inventory: Inventory) -> list[PublishedDevice]:
+def _mig_placements(gpu: Gpu, inventory: Inventory, group: str | None = None) -> list[PublishedDevice]:
     devices = []
     for profile in gpu.mig_profiles:
         for placement in profile.placements:
@@ -179,10 +196,7 @@ def _mig_placements(gpu: Gpu, inventory: Inventory) -> list[PublishedDevice]:
                     "ofaEngines": {"value": str(profile.ofa_count)},
                 },
                 "consumesCounters": [
-                    {
-                        "counterSet": counter_set_name(gpu),
-                        "counters": {memory_slice_counter(i): {"value": "1"} for i in slices},
-                    }
+                    _consumption(gpu, {memory_slice_counter(i): {"value": "1"} for i in slices}, group)
                 ],
             }
             devices.append(_published(device, DeviceKind.MIG, gpu, mig_profile=profile.name, mig_start=placement.start))
@@ -226,15 +240,18 @@ def devices_and_counters(inventory: Inventory, config: PublishConfig) -> tuple[l
         if gpu.mig_enabled:
             if not config.mig:
                 continue  # a GPU in MIG mode cannot run whole-GPU work
-            counter_sets.append(
-                {
-                    "name": counter_set_name(gpu),
-                    "counters": {memory_slice_counter(i): {"value": "1"} for i in range(gpu.mig_memory_slices)},
-                }
-            )
+            counter_sets.append({"name": counter_set_name(gpu), "counters": _mig_slice_counters(gpu)})
             devices.extend(_mig_placements(gpu, inventory))
         elif config.shares(gpu.index):
             devices.append(_share(gpu, inventory, config))
+        elif config.mig_or_fractions and config.mig and config.fractions and gpu.mig_capable and gpu.mig_profiles:
+            # Both modes: the whole GPU takes every counter; placements and fractions only their own
+            # group's company, so the scheduler's first allocation on the GPU picks its mode.
+            counters = {**_whole_counters(gpu), **_mig_slice_counters(gpu)}
+            counter_sets.append({"name": counter_set_name(gpu), "counters": counters})
+            devices.append(_whole_gpu(gpu, inventory, with_counters=True, both_modes=True))
+            devices.extend(_fractions(gpu, inventory, config.fractions, FRACTION_GROUP))
+            devices.extend(_mig_placements(gpu, inventory, MIG_GROUP))
         elif config.fractions:
             counter_sets.append({"name": counter_set_name(gpu), "counters": _whole_counters(gpu)})
             devices.append(_whole_gpu(gpu, inventory, with_counters=True))

@@ -30,3 +30,17 @@ def test_without_counters_only_whole_gpus_are_published_and_the_gate_is_named() 
     assert message == describe(partitions)
     assert "fractions and MIG placements" in message and "DRAPartitionableDevices" in message
     assert "DRAConsumableCapacity" in describe(frozenset({"allowMultipleAllocations"}))
+
+
+def test_without_compatibility_groups_each_gpu_keeps_the_fixed_split() -> None:
+    grouped = {
+        "name": "gpu-0-1of2-0",
+        "consumesCounters": [{"counterSet": "c", "counters": {}, "compatibilityGroups": ["x"]}],
+    }
+    stripped = {"name": "gpu-0-1of2-0", "consumesCounters": [{"counterSet": "c", "counters": {}}]}
+    dropped = dropped_fields({"devices": [grouped]}, {"devices": [stripped]})
+    assert dropped == {"compatibilityGroups"}
+    config = safe_config(PublishConfig(mig_or_fractions=True), dropped)
+    assert config == PublishConfig(), "fractions and MIG placements as before, no choice per GPU"
+    message = describe(dropped)
+    assert "DRADeviceCompatibilityGroups" in message and "whole GPUs" not in message

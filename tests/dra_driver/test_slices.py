@@ -195,3 +195,28 @@ def test_any_inventory_respects_limits(count: int, mig_every: int, fractions: se
     for device in devices_of(specs):
         per_gpu[device["attributes"]["index"]["int"]] += 1
     assert set(per_gpu) == set(range(count))
+
+
+def test_mig_or_fractions_offers_both_modes_kept_apart_by_compatibility_groups() -> None:
+    """A MIG-capable GPU not in MIG mode offers its placements and its fractions: the whole GPU
+    takes every counter of its set (so it excludes both), placements and fractions declare one group
+    each (so the scheduler never puts both on one GPU); GPUs already in MIG mode are unchanged."""
+    specs = build_slices(h100(), PublishConfig(mig_or_fractions=True), "node-a")
+    assert_within_api_limits(specs)
+    devices = {d["name"]: d for d in devices_of(specs)}
+    counter_sets = counter_sets_of(specs)
+    whole = devices["gpu-0"]["consumesCounters"][0]
+    assert {n: Decimal(parse_quantity(c["value"])) for n, c in whole["counters"].items()} == counter_sets[
+        "gpu-0-counters"
+    ]
+    assert "compatibilityGroups" not in whole
+    groups = {
+        name: d["consumesCounters"][0].get("compatibilityGroups")
+        for name, d in devices.items()
+        if name.startswith("gpu-0-")
+    }
+    assert groups["gpu-0-1of4-0"] == ["fractions"] and groups["gpu-0-1g-10gb-3"] == ["mig"]
+    assert set(map(tuple, groups.values())) == {("fractions",), ("mig",)}
+    assert "gpu-6" not in devices and "compatibilityGroups" not in devices["gpu-6-1g-10gb-3"]["consumesCounters"][0]
+    default = {d["name"] for d in devices_of(build_slices(h100(), PublishConfig(), "node-a"))}
+    assert "gpu-0-1g-10gb-3" not in default, "without the choice a GPU not in MIG mode offers no placements"
