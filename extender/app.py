@@ -159,8 +159,7 @@ def create_app(
         metrics.REJECTED_NODES.labels(path).inc(len(failed))
         metrics.SECONDS.labels("filter").observe(time.perf_counter() - started)
         error = next(iter(failed.values()), "") if path == RETRY else ""
-        answer = filter_result(args, passing, {} if error else failed, error)
-        return Response(answer.model_dump_json(), media_type="application/json")
+        return Response(filter_result(args, passing, {} if error else failed, error), media_type="application/json")
 
     @app.post("/prioritize")
     async def prioritize(request: Request) -> Any:

@@ -182,16 +182,25 @@ def encode_priorities(names: list[str], scores: dict[str, int]) -> bytes:
     return pydantic_core.to_json(answer)
 
 
-def filter_result(
-    args: ExtenderArgs, passing: list[str], failed: dict[str, str], error: str = ""
-) -> ExtenderFilterResult:
-    """Answer in the form the scheduler reads: NodeNames when it sent NodeNames, else Nodes; a
-    non-empty `error` makes the scheduler retry the pod after a backoff."""
+def filter_result(args: ExtenderArgs, passing: list[str], failed: dict[str, str], error: str = "") -> bytes:
+    """The filter answer (an ExtenderFilterResult) as JSON, in the form the scheduler sent: NodeNames
+    when it sent NodeNames, else Nodes; a non-empty `error` makes the scheduler retry the pod after a
+    backoff. One encode of plain values: the model's validation of 5,000 names on the way out cost
+    more than the answer's encoding (0.35 vs 0.10 ms)."""
+    answer: dict[str, Any] = {
+        "NodeNames": None,
+        "Nodes": None,
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": error,
+    }
     if error:
-        return ExtenderFilterResult(Error=error)
+        return pydantic_core.to_json(answer)
+    answer["FailedNodes"] = failed
     if args.NodeNames is not None:
-        return ExtenderFilterResult(NodeNames=passing, FailedNodes=failed)
-    keep = set(passing)
-    items = [item for item in (args.Nodes or {}).get("items") or [] if item["metadata"]["name"] in keep]
-    nodes = {**(args.Nodes or {}), "items": items}
-    return ExtenderFilterResult(Nodes=nodes, FailedNodes=failed)
+        answer["NodeNames"] = passing
+    else:
+        keep = set(passing)
+        items = [item for item in (args.Nodes or {}).get("items") or [] if item["metadata"]["name"] in keep]
+        answer["Nodes"] = {**(args.Nodes or {}), "items": items}
+    return pydantic_core.to_json(answer)

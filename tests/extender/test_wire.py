@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from extender.wire import ExtenderArgs, filter_result
+import json
+
+from extender.wire import ExtenderArgs, ExtenderFilterResult, filter_result
 
 
 def test_filter_answers_in_the_form_the_scheduler_sent() -> None:
     by_names = ExtenderArgs.model_validate({"Pod": {}, "NodeNames": ["a", "b"]})
-    assert filter_result(by_names, ["a"], {"b": "why"}).model_dump()["NodeNames"] == ["a"]
+    answer = filter_result(by_names, ["a"], {"b": "why"})
+    assert answer == ExtenderFilterResult(NodeNames=["a"], FailedNodes={"b": "why"}).model_dump_json().encode()
     nodes = {"kind": "NodeList", "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]}
-    full = filter_result(ExtenderArgs.model_validate({"Pod": {}, "Nodes": nodes}), ["b"], {"a": "why"}).model_dump()
+    full = json.loads(filter_result(ExtenderArgs.model_validate({"Pod": {}, "Nodes": nodes}), ["b"], {"a": "why"}))
     assert full["NodeNames"] is None and [n["metadata"]["name"] for n in full["Nodes"]["items"]] == ["b"]
     assert full["FailedNodes"] == {"a": "why"}
+    retry = filter_result(by_names, ["a"], {}, "gang g: waiting to see its template")
+    assert retry == ExtenderFilterResult(Error="gang g: waiting to see its template").model_dump_json().encode()
