@@ -17,7 +17,7 @@ from extender.cel_eval import Selectors
 from extender.config import ExtenderConfig
 from extender.demand import Demand, allocated_node, demand_of
 from extender.eligibility import ANY_NODE, PlacedPods
-from extender.gang import GangRef, gang_of
+from extender.gang import GangRef, gang_of, may_belong_to_gang
 from extender.lru import LruCache
 from extender.model import Node, Usage
 from extender.planner import ClusterPlan, Gang, HoldClock, Limits, Member, Plan, PlanMemo, plan_cluster
@@ -122,6 +122,12 @@ class Decider:
         # the context (classes, JobSets, PodGroups of both kinds) it saw, reused while equal.
         self._gangs_lock = threading.Lock()
         self._gangs_at = -1
+        # What the last gangs pass was made from, for `_unaffected`: the candidate pods, the claims
+        # and templates its members were worked out from, and the versions those are current at.
+        self._candidate_keys: set[tuple[str, str]] = set()
+        self._member_deps: set[tuple[str, tuple[str, str]]] = set()
+        self._deps_at = -1
+        self._unjournaled_at = -1
         self._context: tuple[object, ...] = ()
 
     def demand(self, view: ClusterView, pod: dict[str, Any], include_allocated: bool = False) -> Demand:
@@ -216,7 +222,8 @@ class Decider:
         claims and templates it does not name is taken as it is, without comparing them."""
         with self._gangs_lock:
             gangs = self._gangs(view, extra)
-            self._gangs_at = view.version
+            self._gangs_at = self._deps_at = view.version
+            self._unjournaled_at = view.unjournaled_version
             return gangs
 
     def _journal_stale(self, view: ClusterView) -> set[tuple[str, tuple[str, str]]] | None:
@@ -226,7 +233,9 @@ class Decider:
     def _gangs(self, view: ClusterView, extra: dict[str, Any] | None) -> list[Gang]:
         candidates = self._candidates(view, extra)
         self._members.capacity = max(self.MEMBER_CACHE_MIN, 2 * len(candidates))
-        self._members.retain({_key(pod) for pod in candidates})  # deleted pods (and plain ones asked before)
+        self._candidate_keys = {_key(pod) for pod in candidates}
+        self._members.retain(self._candidate_keys)  # deleted pods (and plain ones asked before)
+        deps: set[tuple[str, tuple[str, str]]] = set()
         # Inter-pod affinity needs the placed pods only when some pod has (anti-)affinity terms.
         affinity_matters = view.affinity_pods is None or bool(view.affinity_pods)
         placed = self.placed_pods(view) if affinity_matters else None
@@ -261,6 +270,9 @@ class Decider:
                 ref, member = self._member(view, pod, context)
             if ref is None or member is None:
                 continue
+            worked_out = self._members.get(_key(pod))
+            if worked_out is not None:
+                deps |= worked_out.deps
             affinity = placed.of(pod) if placed is not None else ANY_NODE
             if member.affinity != affinity:
                 member = replace(member, affinity=affinity)
@@ -268,15 +280,30 @@ class Decider:
                 if known is not None and known.pod is pod:  # the same Member object next time
                     known.member = member
             gangs.setdefault(ref.key, Gang(ref)).members.append(member)
+        self._member_deps = deps
         return list(gangs.values())
 
     def plan(self, view: ClusterView, pod: dict[str, Any], now: float) -> ClusterPlan:
         cache_key = (view.version, _body(view, pod))
         with self._lock:
-            if self._plan_cache and self._plan_cache[0] == cache_key and now < self._plan_cache[1].valid_until:
-                return self._plan_cache[1]
+            cached = self._plan_cache
+            if cached and cached[0] == cache_key and now < cached[1].valid_until:
+                return cached[1]
             clocks, memo, memo_at = self._clocks, self._memo, self._memo_at
         changes = view.changes(memo_at) if memo is not None else None
+        if cached is not None and cached[0][1] == cache_key[1] and now < cached[1].valid_until:
+            with self._gangs_lock:
+                unaffected = self._unaffected(view, changes, memo_at)
+                if unaffected:
+                    self._deps_at = view.version
+            if unaffected:
+                # Nothing any gang's plan reads changed since it was made (e.g. status updates of
+                # pods outside gangs): the same plan answers at this version, without a pass over
+                # the gang pods and gangs.
+                with self._lock:
+                    self._plan_cache = (cache_key, cached[1])
+                    self._memo_at = view.version
+                return cached[1]
         changed = None if changes is None else {key[1] for kind, key in changes if kind in ("node", "usage")}
         gangs = self.gangs(view, pod)
         # Room for every (node, gang) fit of one plan, so the next finds all those it did not change.
@@ -305,6 +332,23 @@ class Decider:
             self._memo_at = view.version
             self._log_changes(result)
         return result
+
+    def _unaffected(self, view: ClusterView, changes: set[tuple[str, tuple[str, str]]] | None, memo_at: int) -> bool:
+        """Whether `changes` (since the memo's version `memo_at`) leave every gang as planned: no node
+        or usage changed, no unjournaled kind (classes, JobSets, PodGroups), no gang pod or a pod
+        that may join a gang, no claim or template a member was worked out from, and no pod at
+        all while some pod has inter-pod terms (a placed pod's labels can then change a member)."""
+        if changes is None or view.unjournaled_version != self._unjournaled_at or self._deps_at != memo_at:
+            return False
+        affinity = view.affinity_pods is None or bool(view.affinity_pods)
+        for kind, key in changes:
+            if kind == "pods":
+                pod = view.pods.get(key)
+                if affinity or key in self._candidate_keys or (pod is not None and may_belong_to_gang(pod)):
+                    return False
+            elif kind not in ("resourceclaims", "resourceclaimtemplates") or (kind, key) in self._member_deps:
+                return False
+        return True
 
     def _log_changes(self, result: ClusterPlan) -> None:
         """Each gang's plan once per change: planned ones at INFO, rejections at DEBUG."""

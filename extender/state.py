@@ -135,6 +135,7 @@ class ClusterState:
         self._journal_changes: list[Change] = []
         self._journal_floor = 0
         self._since_freeze = 0  # watch events applied since the objects were last frozen
+        self._unjournaled_version = 0
 
     # Between two scheduling calls a busy cluster delivers tens of events, a burst a few thousand; a
     # reader further behind than this checks everything (correct, only slower).
@@ -180,6 +181,7 @@ class ClusterState:
             self._synced.add(kind)
             self.version += 1
             self._journal_floor = self.version  # a whole kind replaced: readers look at everything
+            self._unjournaled_version += 1
             self._journal_versions.clear()
             self._journal_changes.clear()
             if not self.missing():
@@ -233,6 +235,8 @@ class ClusterState:
         self._view = None
         if kind in JOURNALED:
             self._note((kind, key), self.version + 1)
+        else:
+            self._unjournaled_version += 1
 
     def _store(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "pods" and not _relevant_pod(obj):
@@ -366,6 +370,7 @@ class ClusterState:
                 native_groups=self._native_groups(),
                 gang_pods=tuple(self._gang_pods),
                 affinity_pods=frozenset(self._affinity_pods),
+                unjournaled_version=self._unjournaled_version,
                 changes=lambda since: self.changes(since, version),
             )
             return self._view

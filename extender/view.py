@@ -34,6 +34,9 @@ class ClusterView:
     # as the watches index them; None: not indexed, readers look at every pod.
     gang_pods: tuple[tuple[str, str], ...] | None = None
     affinity_pods: frozenset[tuple[str, str]] | None = None
+    # Bumped by every change to a kind the journal below does not name (classes, JobSets, PodGroups,
+    # a whole kind re-listed): equal numbers mean only journaled kinds changed in between.
+    unjournaled_version: int = 0
     # What changed after a version up to this view's: {(kind, key)} for pods, resourceclaims,
     # resourceclaimtemplates, node models ("node", ("", name)) and usage ("usage", ("", name));
     # None when not known (no journal, or it no longer reaches back): readers look at everything.

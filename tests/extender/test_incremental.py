@@ -283,3 +283,25 @@ def test_objects_that_plans_and_watches_keep_are_frozen_out_of_full_collections(
         assert gc.get_freeze_count() > 0, "watch events freeze what they stored"
     finally:
         gc.unfreeze()
+
+
+def test_an_event_no_gang_reads_answers_with_the_same_plan_and_one_it_reads_does_not() -> None:
+    """A status update of a pod outside every gang leaves the whole plan as it was (no pass over
+    gangs); a changed DeviceClass (not journaled) or a gang member's claim are planned again."""
+    cluster = Cluster(13)
+    decider = Decider(ExtenderConfig())
+    before = decider.plan(cluster.state.view(), cluster.single, SOON)
+    cluster.touch_claim()
+    assert decider.plan(cluster.state.view(), cluster.single, SOON) is before
+    device_class = copy.deepcopy(next(iter(cluster.state.objects["deviceclasses"].values())))
+    device_class["metadata"]["labels"] = {"changed": "yes"}
+    cluster._put("deviceclasses", device_class)
+    view = cluster.state.view()
+    after_class = decider.plan(view, cluster.single, SOON)
+    assert after_class is not before
+    _same_plan(after_class, Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
+    member_claim = next(
+        c for c in cluster.state.objects["resourceclaims"].values() if c["metadata"]["name"].startswith("pending")
+    )
+    cluster._put("resourceclaims", member_claim)
+    assert decider.plan(cluster.state.view(), cluster.single, SOON) is not after_class

@@ -27,8 +27,9 @@ def listed(claims: Sequence[dict[str, Any]] = (CLAIM_ON_A,)) -> ClusterState:
 
 
 def contents(view: ClusterView) -> dict[str, Any]:
-    """Everything a decision reads; the version and the journal only say what changed."""
-    return {name: value for name, value in asdict(view).items() if name not in ("version", "changes")}
+    """Everything a decision reads; the versions and the journal only say what changed."""
+    versions = ("version", "unjournaled_version", "changes")
+    return {name: value for name, value in asdict(view).items() if name not in versions}
 
 
 def slice_of(node: str) -> dict[str, Any]:
