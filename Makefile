@@ -7,7 +7,7 @@ PACKAGES := nativedra dra_driver cdi extender kube cmdline fsutil e2e
 # A real node needs root (kubelet, containerd, mknod); elsewhere its tests skip and say why.
 REAL_NODE_BUILD := $(if $(filter 0,$(shell id -u)),--real-node --image-source .,)
 
-.PHONY: demo test lint unit e2e bench soak venv clean down protos image
+.PHONY: demo test lint unit e2e bench soak venv clean down protos image test-matrix
 
 venv: $(VENV)/.installed
 
@@ -59,6 +59,13 @@ bench: venv
 soak: venv
 	$(BIN)/nativedra cluster build >/dev/null
 	$(BIN)/python -m e2e.soak --seconds 600
+
+# The plugin and extender e2e on 1.34, 1.35, 1.36 and 1.37, each with its default feature gates, and
+# a per-version summary (not in CI: builds each release once, about 5 minutes each on 2 cores, then
+# about 8 minutes of tests per release).
+MATRIX_VERSIONS ?= v1.34.4,v1.35.4,v1.36.2,v1.37.2
+test-matrix: venv
+	$(BIN)/python -m e2e.matrix --versions $(MATRIX_VERSIONS) -- $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
