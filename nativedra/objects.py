@@ -140,4 +140,4 @@ def our_slices(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
 
 def published_devices(api: client.ApiClient, node: str) -> dict[str, dict[str, Any]]:
     """Every device our driver publishes for `node`, by name."""
-    return {d["name"]: d for s in our_slices(api, node) for d in s["spec"].get("devices", [])}
+    return {d["name"]: d for s in our_slices(api, node) for d in s["spec"].get("devices") or []}
