@@ -19,7 +19,18 @@ GATE_OF_FIELD = {
     "consumesCounters": "DRAPartitionableDevices",
     "allowMultipleAllocations": "DRAConsumableCapacity",
     "compatibilityGroups": "DRADeviceCompatibilityGroups",
+    "taints": "DRADeviceTaints",
 }
+
+
+def feature_fields(spec: dict[str, Any]) -> frozenset[str]:
+    """The fields of GATE_OF_FIELD that a slice spec uses."""
+    used = {"sharedCounters"} if spec.get("sharedCounters") else set()
+    for device in spec.get("devices") or []:
+        used.update(field for field in ("consumesCounters", "allowMultipleAllocations", "taints") if device.get(field))
+        if any(c.get("compatibilityGroups") for c in device.get("consumesCounters") or []):
+            used.add("compatibilityGroups")
+    return frozenset(used)
 
 
 class FieldsDroppedError(RuntimeError):
@@ -40,7 +51,7 @@ def dropped_fields(desired: dict[str, Any], stored: dict[str, Any]) -> frozenset
         kept = stored_devices.get(device["name"], {})
         dropped.update(
             field
-            for field in ("consumesCounters", "allowMultipleAllocations")
+            for field in ("consumesCounters", "allowMultipleAllocations", "taints")
             if device.get(field) and not kept.get(field)
         )
         grouped = any(c.get("compatibilityGroups") for c in device.get("consumesCounters") or [])
@@ -58,6 +69,8 @@ def safe_config(config: PublishConfig, dropped: frozenset[str]) -> PublishConfig
         changes["share_gpus"] = ()
     if "compatibilityGroups" in dropped:
         changes["mig_or_fractions"] = False
+    if "taints" in dropped:
+        changes["omit_unhealthy"] = True
     return config.model_copy(update=changes)
 
 
@@ -71,9 +84,11 @@ def describe(dropped: frozenset[str]) -> str:
         left_out.append("consumable shares")
     if "compatibilityGroups" in dropped:
         left_out.append("a choice of MIG placements or fractions per GPU (each keeps the fixed split)")
-    whole_only = bool(dropped - {"compatibilityGroups"})
+    if "taints" in dropped:
+        left_out.append("taints on faulty GPUs (a faulty GPU is left out of the slices instead)")
+    whole_only = bool(dropped - {"compatibilityGroups", "taints"})
     return (
         f"the API server does not store {', '.join(sorted(dropped))}: publishing "
-        f"{'whole GPUs ' if whole_only else ''}without {' or '.join(left_out)}; enable the feature gate(s) {', '.join(gates)} on the API server and "
-        "scheduler to publish them"
+        f"{'whole GPUs ' if whole_only else ''}without {' or '.join(left_out)}; enable the feature gate(s) "
+        f"{', '.join(gates)} on the API server and scheduler to publish them"
     )

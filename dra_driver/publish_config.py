@@ -30,6 +30,9 @@ class PublishConfig(BaseModel):
     # compatibility groups so the scheduler picks one mode per GPU (needs the alpha gate
     # DRADeviceCompatibilityGroups on API server and scheduler; without it: the fixed split).
     mig_or_fractions: bool = False
+    # Where the API server keeps no device taints (1.34/1.35 defaults), a faulty GPU is not published
+    # at all rather than published allocatable (set by the plugin when it sees taints dropped).
+    omit_unhealthy: bool = False
 
     @field_validator("fractions")
     @classmethod

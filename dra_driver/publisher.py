@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client, watch
 
 from dra_driver import DRIVER_NAME, metrics
-from dra_driver.api_features import FieldsDroppedError, dropped_fields
+from dra_driver.api_features import FieldsDroppedError, dropped_fields, feature_fields
 from kube.resources import RESOURCE_SLICES
 from kube.units import quantity
 
@@ -69,6 +69,7 @@ class SlicePublisher:
         self.core = client.CoreV1Api(api)
         self.node_name = node_name
         self._node_uid: str | None = None
+        self._served: frozenset[str] = frozenset()  # feature fields a dry run showed the server keeps
 
     @property
     def field_selector(self) -> str:
@@ -126,6 +127,8 @@ class SlicePublisher:
             }
             if name in actual:
                 body["metadata"]["resourceVersion"] = actual[name]["metadata"]["resourceVersion"]
+            self._check_served(name, body, name in actual)
+            if name in actual:
                 stored = RESOURCE_SLICES.replace(self.api, name, body)
                 metrics.SLICE_WRITES.labels("update").inc()
                 updated += 1
@@ -145,6 +148,23 @@ class SlicePublisher:
             metrics.SLICE_WRITES.labels("delete").inc()
             deleted += 1
         return PublishResult(created, updated, deleted, generation)
+
+    def _check_served(self, name: str, body: dict[str, Any], exists: bool) -> None:
+        """Before a slice with a feature field not yet seen kept is shown to the scheduler, a dry
+        run of the write: what the API server would store. Read back after the write, a dropped
+        field left the slice visible for a moment (a share claim waiting was allocated from it,
+        then its GPU again to a whole-GPU claim, on 1.34/1.35 servers)."""
+        features = feature_fields(body["spec"])
+        if features <= self._served:
+            return
+        if exists:
+            trial = RESOURCE_SLICES.replace(self.api, name, body, dry_run=True)
+        else:
+            trial = RESOURCE_SLICES.create(self.api, body, dry_run=True)
+        dropped = dropped_fields(body["spec"], trial.get("spec") or {})
+        if dropped:
+            raise FieldsDroppedError(dropped)
+        self._served |= features
 
     @staticmethod
     def _observe(specs: list[dict[str, Any]]) -> None:

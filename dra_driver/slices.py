@@ -237,6 +237,8 @@ def devices_and_counters(inventory: Inventory, config: PublishConfig) -> tuple[l
     devices: list[PublishedDevice] = []
     counter_sets: list[Spec] = []
     for gpu in sorted(inventory.gpus, key=lambda g: g.index):
+        if config.omit_unhealthy and gpu.health is Health.UNHEALTHY:
+            continue
         if gpu.mig_enabled:
             if not config.mig:
                 continue  # a GPU in MIG mode cannot run whole-GPU work

@@ -97,14 +97,6 @@ def test_only_whole_gpus_are_published_and_none_is_handed_out_twice(old_plane: C
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.xfail(
-    reason="product bug, dra_driver/publisher.py: the slice with consumable shares is written, and so shown to "
-    "the scheduler, before the read-back finds allowMultipleAllocations dropped; a share claim already waiting "
-    "is allocated from it, then the GPU's whole device is free again (probing with a dry-run write first would "
-    "close the window)",
-    raises=AssertionError,
-    strict=False,
-)
 def test_share_claims_waiting_before_the_plugin_starts_do_not_share_a_gpu_with_whole_gpu_claims(
     old_plane: ControlPlane,
 ) -> None:

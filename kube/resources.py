@@ -32,11 +32,16 @@ class Resource:
             return dict(objects.get_namespaced_custom_object(*self._path(namespace), name, **kwargs))
         return dict(objects.get_cluster_custom_object(*self._path(), name, **kwargs))
 
-    def create(self, api: client.ApiClient, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    def create(
+        self, api: client.ApiClient, body: dict[str, Any], namespace: str | None = None, *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Create; with `dry_run`, only what the API server would store (its defaults applied, fields
+        it does not serve dropped), nothing stored or shown to anyone."""
         objects = client.CustomObjectsApi(api)
+        kwargs: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
         if self.namespaced:
-            return dict(objects.create_namespaced_custom_object(*self._path(namespace), body))
-        return dict(objects.create_cluster_custom_object(*self._path(), body))
+            return dict(objects.create_namespaced_custom_object(*self._path(namespace), body, **kwargs))
+        return dict(objects.create_cluster_custom_object(*self._path(), body, **kwargs))
 
     def replace_status(
         self, api: client.ApiClient, name: str, body: dict[str, Any], namespace: str | None = None
@@ -79,9 +84,12 @@ class Resource:
         else:
             objects.patch_cluster_custom_object(*self._path(), name, body)
 
-    def replace(self, api: client.ApiClient, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Cluster-scoped replace (the plugin's ResourceSlices)."""
-        return dict(client.CustomObjectsApi(api).replace_cluster_custom_object(*self._path(), name, body))
+    def replace(
+        self, api: client.ApiClient, name: str, body: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Cluster-scoped replace (the plugin's ResourceSlices); `dry_run` as in `create`."""
+        kwargs: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+        return dict(client.CustomObjectsApi(api).replace_cluster_custom_object(*self._path(), name, body, **kwargs))
 
     def delete(self, api: client.ApiClient, name: str) -> None:
         """Cluster-scoped delete."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.api_features import FieldsDroppedError, describe, dropped_fields, safe_config
+from dra_driver.api_features import FieldsDroppedError, describe, dropped_fields, feature_fields, safe_config
 from dra_driver.publish_config import PublishConfig
 
 COUNTERS = {"sharedCounters": [{"name": "gpu-0-counters", "counters": {"memory": {"value": "1"}}}]}
@@ -44,3 +44,19 @@ def test_without_compatibility_groups_each_gpu_keeps_the_fixed_split() -> None:
     assert config == PublishConfig(), "fractions and MIG placements as before, no choice per GPU"
     message = describe(dropped)
     assert "DRADeviceCompatibilityGroups" in message and "whole GPUs" not in message
+
+
+def test_without_taints_a_faulty_gpu_is_left_out_rather_than_published_allocatable() -> None:
+    tainted = {"name": "gpu-3", "taints": [{"key": "gpu.nativedra.dev/unhealthy", "effect": "NoSchedule"}]}
+    dropped = dropped_fields({"devices": [tainted]}, {"devices": [{"name": "gpu-3"}]})
+    assert dropped == {"taints"}
+    assert safe_config(PublishConfig(), dropped) == PublishConfig(omit_unhealthy=True)
+    assert "DRADeviceTaints" in describe(dropped) and "whole GPUs" not in describe(dropped)
+
+
+def test_the_fields_a_slice_uses_are_what_a_dry_run_must_show_kept() -> None:
+    consumption = {"counterSet": "c", "counters": {}, "compatibilityGroups": ["mig"]}
+    spec = {"devices": [{"name": "a", "consumesCounters": [consumption], "taints": [{"key": "k"}]}, SHARE]}
+    assert feature_fields(spec) == {"consumesCounters", "compatibilityGroups", "taints", "allowMultipleAllocations"}
+    assert feature_fields(COUNTERS) == {"sharedCounters"}
+    assert feature_fields({"devices": [{"name": "gpu-0"}]}) == frozenset()

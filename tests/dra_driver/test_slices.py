@@ -220,3 +220,19 @@ def test_mig_or_fractions_offers_both_modes_kept_apart_by_compatibility_groups()
     assert "gpu-6" not in devices and "compatibilityGroups" not in devices["gpu-6-1g-10gb-3"]["consumesCounters"][0]
     default = {d["name"] for d in devices_of(build_slices(h100(), PublishConfig(), "node-a"))}
     assert "gpu-0-1g-10gb-3" not in default, "without the choice a GPU not in MIG mode offers no placements"
+
+
+def test_a_faulty_gpu_is_left_out_where_taints_are_not_kept() -> None:
+    inventory = h100()
+    faulty = inventory.model_copy(
+        update={
+            "gpus": tuple(
+                g.model_copy(update={"health": Health.UNHEALTHY}) if g.index == 2 else g for g in inventory.gpus
+            )
+        }
+    )
+    tainted = {d["name"]: d for d in devices_of(build_slices(faulty, PublishConfig(), "node-a"))}
+    assert tainted["gpu-2"]["taints"] and tainted["gpu-2-1of2-0"]["taints"]
+    left_out = {d["name"] for d in devices_of(build_slices(faulty, PublishConfig(omit_unhealthy=True), "node-a"))}
+    assert not any(name == "gpu-2" or name.startswith("gpu-2-") for name in left_out)
+    assert "gpu-3" in left_out
