@@ -1,0 +1,83 @@
+"""An API server that keeps no device taints (1.34/1.35 defaults; here v1.37 with DRADeviceTaints
+turned off, which needs no old build): a GPU that turns faulty must not stay allocatable, and the
+plugin must not rewrite its slices in a loop trying to store a taint that is always dropped."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from dra_driver import DRIVER_NAME
+from e2e.extender_harness import fresh_namespace
+from e2e.node_plugin import NodePlugin
+from kube.resources import RESOURCE_SLICES
+from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for, wait_pod_unschedulable
+from nativedra.cluster.commands import NodeDirs
+from nativedra.cluster.components import Features
+from nativedra.kubelet_client import make_dev_tree
+from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, published_devices, request
+
+NODE = "taint-node"
+NO_TAINTS = Features(
+    {"DRADeviceTaints": False, "DRADeviceTaintRules": False},
+    why="what 1.34/1.35 API servers serve by default: no device taints (and so no taint rules)",
+)
+
+
+@pytest.fixture
+def plugin_without_taints() -> Iterator[tuple[client.ApiClient, NodePlugin]]:
+    root = Path(tempfile.mkdtemp(prefix="nd-taint-", dir="/tmp"))
+    plane = ControlPlane(state_dir=root / "cluster", binaries=resolve(), features=NO_TAINTS)
+    plane.start()
+    plugin = None
+    try:
+        api = plane.api_client()
+        apply_file(api, device_classes())
+        create_fake_node(api, NODE)
+        make_dev_tree(NodeDirs(root / "node").dev, range(8))
+        fault_file = root / "node" / "faults.yaml"
+        args = ("--backend", "simulated", "--profile", "h100-8x", "--fault-file", str(fault_file))
+        plugin = NodePlugin(plane, root / "node", NODE, args)
+        plugin.start()
+        yield api, plugin
+    finally:
+        if plugin is not None:
+            plugin.stop()
+        plane.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def generations(api: client.ApiClient) -> set[int]:
+    items = RESOURCE_SLICES.list(api, field_selector=f"spec.nodeName={NODE}")["items"]
+    return {s["spec"]["pool"]["generation"] for s in items if s["spec"]["driver"] == DRIVER_NAME}
+
+
+def test_a_faulty_gpu_is_left_out_and_the_plugin_stops_writing(
+    plugin_without_taints: tuple[client.ApiClient, NodePlugin],
+) -> None:
+    api, plugin = plugin_without_taints
+    wait_for(lambda: "gpu-2" in published_devices(api, NODE), 60, "gpu-2 published", plugin.log.read_text)
+    plugin.fault_file.write_text(yaml.safe_dump({"unhealthy": [2]}))
+    wait_for(
+        lambda: not any(name == "gpu-2" or name.startswith("gpu-2-") for name in published_devices(api, NODE)),
+        60,
+        "gpu-2 and its parts left out of the slices",
+        plugin.log.read_text,
+    )
+    log = plugin.log.read_text()
+    assert log.count("does not store") == 1 and "DRADeviceTaints" in log, log[-2000:]
+    settled = generations(api)
+    time.sleep(5)
+    assert generations(api) == settled, "no rewrite loop: the slices stay at one generation"
+    with fresh_namespace(api, "taint") as namespace:
+        selector = f"device.attributes['{DRIVER_NAME}'].index == 2"
+        claim_template(api, namespace, "gpu-2", [request("gpus", "gpu.nativedra.dev", selector)])
+        gpu_pod(api, namespace, "wants-gpu-2", "gpu-2", node=NODE)
+        assert "cannot allocate all claims" in wait_pod_unschedulable(api, namespace, "wants-gpu-2")
