@@ -26,6 +26,7 @@ MODULES = (
     "e2e/test_kubelet_plugin.py",
     "e2e/test_abuse_plugin.py",
     "e2e/test_features_not_served.py",
+    "e2e/test_taints_not_served.py",
     "e2e/test_extender.py",
     "e2e/test_abuse_extender_planning.py",
 )
