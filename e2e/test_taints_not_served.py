@@ -83,7 +83,8 @@ def test_a_faulty_gpu_is_left_out_and_the_plugin_stops_writing(
     # Said once; 1.34/1.35 defaults also drop partition fields, which is said apart.
     said = [line for line in log.splitlines() if "does not store" in line and "DRADeviceTaints" in line]
     assert len(said) == 1, log[-2000:]
-    settled = generations(api)
+    # Slices are rewritten one at a time: wait until they all carry one generation, then watch it hold.
+    settled = wait_for(lambda: generations(api) if len(generations(api)) == 1 else None, 30, "one slice generation")
     time.sleep(5)
     assert generations(api) == settled, "no rewrite loop: the slices stay at one generation"
     with fresh_namespace(api, "taint") as namespace:
