@@ -403,7 +403,13 @@ def test_device_fault_reaches_the_pod_status(real_node: Node) -> None:
                 lambda: describe_pod(real_node.api, namespace, pod) + "\n" + describe_plugin(real_node),
             )
             assert len(found) == 1
-            tainted = {name for name, device in published_devices(real_node.api, NODE).items() if device.get("taints")}
-            assert tainted, "the faulty GPU is not tainted in the published slices"
+
+            # The health stream and the slices are updated apart: the taint may land a moment later.
+            def tainted_indexes() -> set[int]:
+                devices = published_devices(real_node.api, NODE).values()
+                return {d["attributes"]["index"]["int"] for d in devices if d.get("taints")}
+
+            tainted = wait_for(tainted_indexes, 60, "the faulty GPU's taint in the published slices")
+            assert tainted == {next(gpu.index for gpu in PROFILE_GPUS if gpu.uuid == uuid)}
         finally:
             faults.unlink(missing_ok=True)
