@@ -417,12 +417,6 @@ class RealNode:
             time.sleep(0.5)
         raise RealNodeError(f"timed out after {READY_TIMEOUT_S:.0f}s waiting for {what}; log:\n{tail(proc.log)}")
 
-    def restart_kubelet(self) -> None:
-        proc = self.plane.supervisor.named(f"kubelet-{self.name}")
-        args = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[1:-1]
-        self.plane.supervisor.stop(proc.name)
-        self.plane.supervisor.spawn(proc.name, Path(proc.exe), [a.decode() for a in args])
-
     @property
     def record(self) -> NodeRecord:
         return NodeRecord(
