@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from kubernetes import client
+
 from dra_driver.kubelet_paths import data_dir, dra_socket, registration_socket
-from nativedra.cluster import ControlPlane, commands, wait_for
+from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from nativedra.cluster.commands import NodeDirs
-from nativedra.kubelet_client import plugin_info
+from nativedra.cluster.components import Features
+from nativedra.kubelet_client import make_dev_tree, plugin_info
+from nativedra.objects import apply_file, device_classes
 
 
 class NodePlugin:
@@ -80,3 +88,34 @@ class NodePlugin:
     def wait_dead(self) -> int:
         assert self.process is not None
         return self.process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def plugin_on_own_plane(
+    features: Features | Callable[[str], Features], node: str, *extra: str, fault_file: bool = False
+) -> Iterator[tuple[client.ApiClient, NodePlugin]]:
+    """A control plane of its own with `features` (or the features for its release), the
+    DeviceClasses, one fake node and an h100-8x simulated plugin on it with `extra` flags (and its
+    fault file, if asked); all stopped and removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="nd-own-", dir="/tmp"))
+    binaries = resolve()
+    chosen = features(binaries.version) if callable(features) else features
+    plane = ControlPlane(state_dir=root / "cluster", binaries=binaries, features=chosen)
+    plane.start()
+    plugin = None
+    try:
+        api = plane.api_client()
+        apply_file(api, device_classes())
+        create_fake_node(api, node)
+        make_dev_tree(NodeDirs(root / "node").dev, range(8))
+        faults = ("--fault-file", str(root / "node" / "faults.yaml")) if fault_file else ()
+        plugin = NodePlugin(
+            plane, root / "node", node, ("--backend", "simulated", "--profile", "h100-8x", *extra, *faults)
+        )
+        plugin.start()
+        yield api, plugin
+    finally:
+        if plugin is not None:
+            plugin.stop()
+        plane.stop()
+        shutil.rmtree(root, ignore_errors=True)

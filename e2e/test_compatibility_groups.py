@@ -5,22 +5,17 @@ server drops `compatibilityGroups`, and the plugin falls back to the fixed split
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from e2e.dra import allocated_results
 from e2e.extender_harness import fresh_namespace
-from e2e.node_plugin import NodePlugin
-from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for, wait_pod_unschedulable
-from nativedra.cluster.commands import NodeDirs
+from e2e.node_plugin import NodePlugin, plugin_on_own_plane
+from nativedra.cluster import wait_for, wait_pod_unschedulable
 from nativedra.cluster.components import DEFAULTS, Features
-from nativedra.kubelet_client import make_dev_tree
-from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, published_devices, request
+from nativedra.objects import claim_template, gpu_pod, published_devices, request
 
 NODE = "mode-node"
 COMPATIBILITY_GROUPS = Features(
@@ -33,24 +28,8 @@ ON_GPU_1 = "device.attributes['gpu.nativedra.dev'].index == 1"
 
 @pytest.fixture(params=[COMPATIBILITY_GROUPS, DEFAULTS], ids=["gate-on", "defaults"])
 def plugin_on(request: pytest.FixtureRequest) -> Iterator[tuple[client.ApiClient, NodePlugin, bool]]:
-    root = Path(tempfile.mkdtemp(prefix="nd-mode-", dir="/tmp"))
-    plane = ControlPlane(state_dir=root / "cluster", binaries=resolve(), features=request.param)
-    plane.start()
-    plugin = None
-    try:
-        api = plane.api_client()
-        apply_file(api, device_classes())
-        create_fake_node(api, NODE)
-        make_dev_tree(NodeDirs(root / "node").dev, range(8))
-        args = ("--backend", "simulated", "--profile", "h100-8x", "--mig-or-fractions", "true")
-        plugin = NodePlugin(plane, root / "node", NODE, args)
-        plugin.start()
+    with plugin_on_own_plane(request.param, NODE, "--mig-or-fractions", "true") as (api, plugin):
         yield api, plugin, request.param is COMPATIBILITY_GROUPS
-    finally:
-        if plugin is not None:
-            plugin.stop()
-        plane.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_each_gpu_gets_one_mode_or_the_fixed_split(plugin_on: tuple[client.ApiClient, NodePlugin, bool]) -> None:

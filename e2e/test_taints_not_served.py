@@ -4,11 +4,8 @@ plugin must not rewrite its slices in a loop trying to store a taint that is alw
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
@@ -16,14 +13,12 @@ from kubernetes import client
 
 from dra_driver import DRIVER_NAME
 from e2e.extender_harness import fresh_namespace
-from e2e.node_plugin import NodePlugin
+from e2e.node_plugin import NodePlugin, plugin_on_own_plane
 from kube.resources import RESOURCE_SLICES
-from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for, wait_pod_unschedulable
+from nativedra.cluster import wait_for, wait_pod_unschedulable
 from nativedra.cluster.binaries import minor_of
-from nativedra.cluster.commands import NodeDirs
 from nativedra.cluster.components import DEFAULTS, Features
-from nativedra.kubelet_client import make_dev_tree
-from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, published_devices, request
+from nativedra.objects import claim_template, gpu_pod, published_devices, request
 
 NODE = "taint-node"
 NO_TAINTS = Features(
@@ -40,26 +35,8 @@ def no_taints(version: str) -> Features:
 
 @pytest.fixture
 def plugin_without_taints() -> Iterator[tuple[client.ApiClient, NodePlugin]]:
-    root = Path(tempfile.mkdtemp(prefix="nd-taint-", dir="/tmp"))
-    binaries = resolve()
-    plane = ControlPlane(state_dir=root / "cluster", binaries=binaries, features=no_taints(binaries.version))
-    plane.start()
-    plugin = None
-    try:
-        api = plane.api_client()
-        apply_file(api, device_classes())
-        create_fake_node(api, NODE)
-        make_dev_tree(NodeDirs(root / "node").dev, range(8))
-        fault_file = root / "node" / "faults.yaml"
-        args = ("--backend", "simulated", "--profile", "h100-8x", "--fault-file", str(fault_file))
-        plugin = NodePlugin(plane, root / "node", NODE, args)
-        plugin.start()
-        yield api, plugin
-    finally:
-        if plugin is not None:
-            plugin.stop()
-        plane.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    with plugin_on_own_plane(no_taints, NODE, fault_file=True) as running:
+        yield running
 
 
 def generations(api: client.ApiClient) -> set[int]:
