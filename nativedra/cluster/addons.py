@@ -13,9 +13,9 @@ from __future__ import annotations
 import base64
 import copy
 import shutil
-import socket
 import ssl
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,14 +201,25 @@ def start_addon(plane: ControlPlane, api: client.ApiClient, addon: Addon) -> Non
         with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=2) as response:
             return bool(response.status == 200)
 
+    url = f"https://127.0.0.1:{webhook_port}"
+    configurations = webhook_configurations(addon, root, url, ca.read_bytes())
+    paths = sorted({w["clientConfig"]["url"] for d in configurations for w in d["webhooks"]})
+
     def serving_webhooks() -> bool:
-        with (
-            socket.create_connection(("127.0.0.1", webhook_port), timeout=2) as raw,
-            context.wrap_socket(raw, server_hostname="127.0.0.1"),
-        ):
-            return True
+        """Every path has its handler: the controller serves TLS before it registers them (JobSet
+        waits for its certificates first), and a path without one answers 404, which the apiserver
+        turns into a 500 for every create."""
+        return all(_registered(path, context) for path in paths)
 
     _wait(healthy, f"the {addon.name} controller", process.log)
     _wait(serving_webhooks, f"the {addon.name} webhooks", process.log)
-    url = f"https://127.0.0.1:{webhook_port}"
-    apply_documents(api, webhook_configurations(addon, root, url, ca.read_bytes()))
+    apply_documents(api, configurations)
+
+
+def _registered(url: str, context: ssl.SSLContext) -> bool:
+    request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=context):
+            return True
+    except urllib.error.HTTPError as error:
+        return error.code != 404
