@@ -3,11 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-PACKAGES := nativedra dra_driver cdi extender kube cmdline fsutil e2e
+PACKAGES := nativedra dra_driver cdi extender kube cmdline fsutil e2e hardware
 # A real node needs root (kubelet, containerd, mknod); elsewhere its tests skip and say why.
 REAL_NODE_BUILD := $(if $(filter 0,$(shell id -u)),--real-node --image-source .,)
 
-.PHONY: demo test lint unit e2e bench soak venv clean down protos image test-matrix
+.PHONY: demo test lint unit e2e bench soak venv clean down protos image test-matrix test-gpu gpu-wheels
 
 venv: $(VENV)/.installed
 
@@ -69,3 +69,14 @@ test-matrix: venv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# On a machine with an NVIDIA GPU (not in CI): the nvml backend against nvidia-smi and sysfs, the
+# shipped profile of its model, health events and CDI device nodes; read-only. Writes a recording
+# of its NVML answers under gpu-report/ (commit it to tests/dra_driver/discovery/data/).
+test-gpu: venv
+	$(BIN)/python -m hardware.record gpu-report
+	$(BIN)/pytest -ra hardware
+
+# Wheels of the pinned runtime dependencies for a GPU machine without a registry (hardware/run_on_gpu.sh).
+gpu-wheels: venv
+	$(BIN)/python -m hardware.wheels .gpu-wheels 3.12

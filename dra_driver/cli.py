@@ -13,6 +13,7 @@ from cmdline.flags import add_flag
 from dra_driver import node_plugin
 from dra_driver.discovery import Backend, DiscoveryError
 from dra_driver.discovery.factory import BACKENDS, make_backend
+from dra_driver.discovery.simulated import profile_document
 from dra_driver.inventory import Inventory
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_DEV_ROOT, DEFAULT_SYS_ROOT, add_socket_flags
 from dra_driver.publish_config import ConfigError, PublishConfig, load_publish_config, parse_fractions
@@ -125,6 +126,10 @@ def _inventory(args: argparse.Namespace) -> int:
     except (DiscoveryError, ConfigError) as error:
         print(f"nativedra inventory: {error}", file=sys.stderr)
         return 2
+    if args.output == "profile":
+        header = "# A simulated profile of this node's GPUs: nativedra plugin --backend simulated --profile FILE\n"
+        print(header + yaml.safe_dump(profile_document(inventory), sort_keys=False), end="")
+        return 0
     rows = inventory_rows(inventory, config)
     if args.output == "yaml":
         document = {"inventory": inventory.model_dump(mode="json", by_alias=True), "published": rows}
@@ -166,5 +171,11 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     _add_discovery_flags(inventory)
     _add_publish_flags(inventory)
-    inventory.add_argument("-o", "--output", choices=("table", "yaml"), default="table")
+    inventory.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "yaml", "profile"),
+        default="table",
+        help="profile: a simulated profile file of exactly these GPUs (to simulate this node elsewhere)",
+    )
     inventory.set_defaults(handler=_inventory)

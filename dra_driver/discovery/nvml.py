@@ -112,7 +112,7 @@ def load_nvml(driver_root: Path = Path("/")) -> Any:
     return nvml
 
 
-def _placements(nvml: Any, handle: Any, profile_id: int) -> tuple[MigPlacement, ...]:
+def possible_placements(nvml: Any, handle: Any, profile_id: int) -> tuple[MigPlacement, ...]:
     count = ctypes.c_uint(0)
     nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
     if count.value == 0:
@@ -127,7 +127,7 @@ def _mig_profiles(nvml: Any, handle: Any) -> tuple[MigProfile, ...]:
     for profile in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
         try:
             info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
-            placements = _placements(nvml, handle, info.id)
+            placements = possible_placements(nvml, handle, info.id)
         except nvml.NVMLError:
             continue  # profile not supported on this GPU
         if info.instanceCount == 0 or not placements:
@@ -149,6 +149,15 @@ def _mig_profiles(nvml: Any, handle: Any) -> tuple[MigProfile, ...]:
             )
         )
     return tuple(profiles)
+
+
+def _multiprocessors(nvml: Any, handle: Any) -> int | None:
+    """NVML answers only for MIG device handles: a whole H200 (driver 580) says Not Supported, and a
+    MIG profile's count is not the whole GPU's (A100: 98 in 7g.40gb of 108), so unknown is None."""
+    try:
+        return int(nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount)
+    except nvml.NVMLError:
+        return None
 
 
 def _gpu(nvml: Any, handle: Any, sys_root: Path, unhealthy: set[str]) -> Gpu:
@@ -176,7 +185,7 @@ def _gpu(nvml: Any, handle: Any, sys_root: Path, unhealthy: set[str]) -> Gpu:
         architecture=ARCHITECTURES.get(int(nvml.nvmlDeviceGetArchitecture(handle)), "Unknown"),
         cuda_compute_capability=f"{major}.{minor}",
         memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-        multiprocessors=int(nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount),
+        multiprocessors=_multiprocessors(nvml, handle),
         pci_bus_id=bus_id,
         pcie_root=pci.pcie_root(sys_root, bus_id),
         numa_node=numa,

@@ -7,6 +7,7 @@ inventory the nvml backend yields for a real H100.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from importlib import resources
@@ -104,6 +105,49 @@ def load_profile(path: Path) -> Inventory:
     except (json.JSONDecodeError, yaml.YAMLError) as error:
         raise ProfileError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {error}") from error
     return parse_profile(raw, str(path))
+
+
+# What differs between two GPUs of one model on one node; everything else is the model's.
+PER_GPU_FIELDS = frozenset({"index", "minor", "uuid", "pci_bus_id", "pcie_root", "numa_node", "health", "mig_enabled"})
+
+
+def model_facts(gpu: Gpu) -> dict[str, Any]:
+    """The facts every GPU of this model shares, as a profile's `models` entry writes them."""
+    return gpu.model_dump(mode="json", by_alias=True, exclude=set(PER_GPU_FIELDS))
+
+
+def model_name(facts: dict[str, Any]) -> str:
+    """`NVIDIA H200` -> `nvidia-h200`: a readable key for the profile's `models`."""
+    return re.sub(r"[^a-z0-9]+", "-", str(facts["productName"]).lower()).strip("-")
+
+
+def shipped_models(product_name: str) -> list[dict[str, Any]]:
+    """The distinct models of that product name across the shipped profiles."""
+    models: list[dict[str, Any]] = []
+    for path in sorted(packaged_profiles().values()):
+        for gpu in load_profile(path).gpus:
+            if gpu.product_name == product_name and model_facts(gpu) not in models:
+                models.append(model_facts(gpu))
+    return models
+
+
+def profile_document(inventory: Inventory) -> dict[str, Any]:
+    """A profile that makes the simulated backend discover exactly `inventory` (healthy): how an
+    admin turns a real node into one the demo cluster and the tests can run."""
+    models: dict[str, dict[str, Any]] = {}
+    gpus = []
+    for gpu in inventory.gpus:
+        facts = {key: value for key, value in model_facts(gpu).items() if value is not None}
+        name = model_name(facts)
+        suffix = 2
+        while name in models and models[name] != facts:
+            name, suffix = f"{model_name(facts)}-{suffix}", suffix + 1
+        models[name] = facts
+        own = gpu.model_dump(mode="json", by_alias=True, include=set(PER_GPU_FIELDS - {"health"}))
+        kept = {key: value for key, value in own.items() if value is not None and value is not False}
+        gpus.append({"model": name, **kept})
+    node = inventory.model_dump(mode="json", by_alias=True, exclude={"gpus"}, exclude_none=True)
+    return {**node, "models": models, "gpus": gpus}
 
 
 def load_faults(path: Path) -> set[str]:

@@ -83,7 +83,11 @@ class FakeNvml:
         return SimpleNamespace(total=total, free=total, used=0)
 
     def nvmlDeviceGetAttributes(self, handle: int) -> SimpleNamespace:  # noqa: N802
-        return SimpleNamespace(multiprocessorCount=self._gpu(handle).multiprocessors)
+        """Only MIG device handles have attributes (a whole H200 says Not Supported)."""
+        multiprocessors = self._gpu(handle).multiprocessors
+        if multiprocessors is None:
+            raise pynvml.NVMLError(NOT_SUPPORTED)
+        return SimpleNamespace(multiprocessorCount=multiprocessors)
 
     def nvmlDeviceGetPciInfo(self, handle: int) -> SimpleNamespace:  # noqa: N802
         domain, rest = self._gpu(handle).pci_bus_id.split(":", 1)
@@ -92,6 +96,9 @@ class FakeNvml:
     def nvmlDeviceGetNumaNodeId(self, handle: int) -> int:  # noqa: N802
         numa = self._gpu(handle).numa_node
         return -1 if numa is None else int(numa)
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: int) -> int:  # noqa: N802
+        return int(pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError)
 
     def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:  # noqa: N802
         gpu = self._gpu(handle)

@@ -7,8 +7,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dra_driver.discovery.simulated import ProfileError, load_profile, packaged_profiles, resolve_profile
+from dra_driver.discovery.simulated import (
+    ProfileError,
+    SimulatedBackend,
+    load_profile,
+    packaged_profiles,
+    resolve_profile,
+)
 from dra_driver.inventory import Vendor
+from nativedra.cli import main
 
 SHIPPED = ("h100-8x", "a100-8x", "l4-4x", "mi300x-8x")
 
@@ -110,3 +117,14 @@ def test_json_profiles_are_accepted(tmp_path: Path) -> None:
 def test_unknown_profile_name_lists_shipped_ones() -> None:
     with pytest.raises(ProfileError, match="h100-8x"):
         resolve_profile("no-such-profile")
+
+
+@pytest.mark.parametrize("profile", ["h200-8x", "h100-8x", "a100-8x", "l4-4x", "mi300x-8x"])
+def test_inventory_as_a_profile_simulates_the_same_gpus(
+    profile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`nativedra inventory -o profile` writes what the simulated backend reads back unchanged."""
+    assert main(["inventory", "--backend", "simulated", "--profile", profile, "-o", "profile"]) == 0
+    written = tmp_path / "node.yaml"
+    written.write_text(capsys.readouterr().out)
+    assert SimulatedBackend(str(written)).discover() == load_profile(resolve_profile(profile))
