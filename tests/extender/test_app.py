@@ -47,6 +47,7 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
         "Nodes.items.1.metadata.name",
     ),
     "lone surrogate in a node name": (_body(_pod(), NodeNames=["n1", "n\ud800"]), "NodeNames.1"),
+    "a node name that is not a string": (_body(_pod(), NodeNames=["n1", 7]), "NodeNames.1"),
     "invalid UTF-8 in a node name": (_body(_pod(), NodeNames=["n1", "nX"]).replace(b"nX", b"n\xff"), "NodeNames.1"),
     "100k-deep nesting": (DEEP, "nests deeper than"),
     "gang pod in phase Failed": (
