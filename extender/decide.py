@@ -129,6 +129,7 @@ class Decider:
         self._deps_at = -1
         self._unjournaled_at = -1
         self._context: tuple[object, ...] = ()
+        self._last_gangs: list[Gang] = []  # what the last gangs pass found
 
     def demand(self, view: ClusterView, pod: dict[str, Any], include_allocated: bool = False) -> Demand:
         return demand_of(
@@ -221,7 +222,7 @@ class Decider:
         When the view's journal reaches back to the last pass, a member found valid then whose
         claims and templates it does not name is taken as it is, without comparing them."""
         with self._gangs_lock:
-            gangs = self._gangs(view, extra)
+            gangs = self._last_gangs = self._gangs(view, extra)
             self._gangs_at = self._deps_at = view.version
             self._unjournaled_at = view.unjournaled_version
             return gangs
@@ -305,7 +306,15 @@ class Decider:
                     self._memo_at = view.version
                 return cached[1]
         changed = None if changes is None else {key[1] for kind, key in changes if kind in ("node", "usage")}
-        gangs = self.gangs(view, pod)
+        gangs = None
+        if cached is not None and cached[0][1] == cache_key[1]:
+            with self._gangs_lock:
+                if self._gangs_unchanged(view, changes, memo_at):
+                    # Only usage moved (a GPU freed or taken outside every gang): the members are as
+                    # the last pass found them, so the pass over every gang pod is skipped.
+                    gangs, self._deps_at = self._last_gangs, view.version
+        if gangs is None:
+            gangs = self.gangs(view, pod)
         # Room for every (node, gang) fit of one plan, so the next finds all those it did not change.
         wanted = 2 * len(view.nodes) * (len(gangs) + 1)
         self.matcher.fits.capacity = min(max(Matcher.FIT_CACHE_SIZE, wanted), self.FIT_CACHE_MAX)
@@ -334,10 +343,22 @@ class Decider:
         return result
 
     def _unaffected(self, view: ClusterView, changes: set[tuple[str, tuple[str, str]]] | None, memo_at: int) -> bool:
-        """Whether `changes` (since the memo's version `memo_at`) leave every gang as planned: no node
-        or usage changed, no unjournaled kind (classes, JobSets, PodGroups), no gang pod or a pod
-        that may join a gang, no claim or template a member was worked out from, and no pod at
-        all while some pod has inter-pod terms (a placed pod's labels can then change a member)."""
+        """Whether `changes` (since the memo's version `memo_at`) leave every gang as planned: its
+        members as they were (`_gangs_unchanged`), and no node or usage changed."""
+        return (
+            changes is not None
+            and not any(kind in ("node", "usage") for kind, _ in changes)
+            and self._gangs_unchanged(view, changes, memo_at)
+        )
+
+    def _gangs_unchanged(
+        self, view: ClusterView, changes: set[tuple[str, tuple[str, str]]] | None, memo_at: int
+    ) -> bool:
+        """Whether `changes` (since the memo's version `memo_at`) leave every gang's members as the
+        last pass found them: no unjournaled kind (classes, JobSets, PodGroups), no gang pod or a pod
+        that may join a gang, no claim or template a member was worked out from, and no pod,
+        claim or node at all while some pod has inter-pod terms (a placed pod or a node's labels can
+        then change a member). Usage changes leave members as they are."""
         if changes is None or view.unjournaled_version != self._unjournaled_at or self._deps_at != memo_at:
             return False
         affinity = view.affinity_pods is None or bool(view.affinity_pods)
@@ -346,8 +367,13 @@ class Decider:
                 pod = view.pods.get(key)
                 if affinity or key in self._candidate_keys or (pod is not None and may_belong_to_gang(pod)):
                     return False
+            elif kind in ("node", "usage"):
+                if affinity and kind == "node":
+                    return False
             elif kind not in ("resourceclaims", "resourceclaimtemplates") or (kind, key) in self._member_deps:
                 return False
+            elif affinity and kind == "resourceclaims":
+                return False  # an allocation places a pod, which inter-pod terms count
         return True
 
     def _log_changes(self, result: ClusterPlan) -> None:
@@ -396,13 +422,18 @@ class Decider:
             passing = [name for name in names if name in slots]
             reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
             return passing, {name: reason for name in names if name not in slots}, "gang"
+        # Only held nodes can fail, and they are few (the pending gangs' slots) against 5,000 names.
+        asked = set(names)
         failed = {}
-        for name in names:
-            holders = cluster.holders.get(name)
+        for name, holders in cluster.holders.items():
             node = view.nodes.get(name)
-            if holders and node is not None and place(node, cluster.held[name], demand, self.matcher) is None:
+            if not holders or node is None or name not in asked:
+                continue
+            if place(node, cluster.held[name], demand, self.matcher) is None:
                 failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
-        return [name for name in names if name not in failed], failed, "held-check" if failed else "pass"
+        if not failed:
+            return names, failed, "pass"
+        return [name for name in names if name not in failed], failed, "held-check"
 
     def prioritize(self, view: ClusterView, pod: dict[str, Any], names: list[str]) -> dict[str, int]:
         demand = self.demand(view, pod)

@@ -858,7 +858,16 @@ def plan_cluster(
     holders: dict[str, list[str]] = defaultdict(list)
     plans: dict[str, Plan] = {}
     taken = {m.node: owner(g, m.part) for g in gangs if g.ref.exclusive for m in g.placed if m.node}
-    present = [g for g in gangs if g.members]
+    # A gang whose plan nodes cannot change (every member placed, a label error, an object not seen
+    # yet) holds nothing and has no clock: on a busy cluster most gangs are bound ones, and each
+    # event used to re-check the room on their nodes.
+    present = []
+    for gang in gangs:
+        settled = _settled(gang, gang.demand()) if gang.members else None
+        if settled is not None:
+            plans[gang.ref.key] = settled
+        elif gang.members:
+            present.append(gang)
     usable = {g.ref.key: incremental.usable(g, nodes) for g in present}
     after = {
         g.ref.key: incremental.clock(g, clocks.get(g.ref.key), nodes, usage, matcher, now=now, timeout=limits.timeout)

@@ -305,3 +305,28 @@ def test_an_event_no_gang_reads_answers_with_the_same_plan_and_one_it_reads_does
     )
     cluster._put("resourceclaims", member_claim)
     assert decider.plan(cluster.state.view(), cluster.single, SOON) is not after_class
+
+
+def test_a_gpu_freed_outside_every_gang_skips_the_pass_over_gang_pods() -> None:
+    """Only usage moved: the members are those the last pass found (the same list), the plan still
+    equals a fresh Decider's. With a pod that has inter-pod terms, a claim's allocation can move what
+    they count, so the pass runs again."""
+    cluster = Cluster(14)
+    decider = Decider(ExtenderConfig())
+    decider.plan(cluster.state.view(), cluster.single, SOON)
+    found = decider._last_gangs
+    cluster.free()
+    view = cluster.state.view()
+    _same_plan(decider.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
+    assert decider._last_gangs is found
+    term = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
+    picky = copy.deepcopy(cluster.single)
+    picky["metadata"]["name"] = "picky"
+    picky["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    cluster._put("pods", picky)
+    decider.plan(cluster.state.view(), cluster.single, SOON)
+    found = decider._last_gangs
+    cluster.free()
+    view = cluster.state.view()
+    _same_plan(decider.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
+    assert decider._last_gangs is not found
