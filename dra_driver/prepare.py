@@ -298,7 +298,35 @@ class ClaimPreparer:
         results = our_results(claim, ref, self.node_name)  # validates UID and allocation first
         allocation_config = claim["status"]["allocation"]["devices"].get("config", [])
         published = self.published()
-        return [self._claim_device(result, published, allocation_config, ref) for result in results]
+        devices = [self._claim_device(result, published, allocation_config, ref) for result in results]
+        self._switch_modes(ref, devices, published)
+        return devices
+
+    def _switch_modes(
+        self, ref: ClaimRef, devices: list[ClaimDevice], published: Mapping[str, PublishedDevice]
+    ) -> None:
+        """A GPU out of MIG mode that offers MIG placements and fractions at once (compatibility
+        groups) takes the mode of the first claim prepared on it: MIG for a placement, whole-GPU
+        for anything else. A claim that needs the other mode while another claim holds the GPU is
+        refused: the scheduler's groups never allocate that, so its slice had no groups."""
+        held: dict[int, tuple[str, str]] = {}
+        for record in self.checkpoint.read().values():
+            for prepared in record.devices if record.uid != ref.uid else ():
+                device = published.get(prepared["device_name"])
+                if device is not None:
+                    held.setdefault(device.gpu_index, (_mode(device), f"{record.namespace}/{record.name}"))
+        for claim_device in devices:
+            device = claim_device.device
+            mode, holder = _mode(device), held.get(device.gpu_index)
+            if holder is not None and holder[0] != mode:
+                raise PrepareError(
+                    "mode_conflict",
+                    f"claim {ref}: device {device.name} needs GPU {device.gpu_index} in {mode} mode, but claim "
+                    f"{holder[1]} holds it in {holder[0]} mode",
+                )
+            if holder is None and mode == MIG_MODE and not device.gpu.mig_enabled:
+                log.info("GPU %d switches to MIG mode for claim %s", device.gpu_index, ref)
+            held.setdefault(device.gpu_index, (mode, f"{ref.namespace}/{ref.name}"))
 
     def _claim_device(
         self,
@@ -496,6 +524,14 @@ class ClaimPreparer:
         if any(done.values()):
             log.info("start-up repair: %s", done)
         return done
+
+
+MIG_MODE = "MIG"
+
+
+def _mode(device: PublishedDevice) -> str:
+    """The mode a device needs its GPU in: MIG for a placement, whole-GPU for a GPU, fraction or share."""
+    return MIG_MODE if device.kind is DeviceKind.MIG else "whole-GPU"
 
 
 def _completed(records: dict[str, ClaimRecord]) -> int:

@@ -17,6 +17,7 @@ from dra_driver.errors import PrepareError
 from dra_driver.metadata_store import MetadataStore
 from dra_driver.prepare import ClaimPreparer, ClaimRef, spec_store
 from dra_driver.publish_config import PublishConfig
+from dra_driver.published import PublishedDevice
 from dra_driver.slices import devices_and_counters
 
 NODE = "node-a"
@@ -31,10 +32,11 @@ def claim(
     pool: str = NODE,
     driver: str = DRIVER_NAME,
     allocated: bool = True,
+    name: str = "train",
 ) -> dict[str, Any]:
     results = [{"request": "gpus", "driver": driver, "pool": pool, "device": device} for device in devices]
     status = {"allocation": {"devices": {"results": results}}} if allocated else {}
-    return {"metadata": {"namespace": "ns", "name": "train", "uid": uid}, "status": status}
+    return {"metadata": {"namespace": "ns", "name": name, "uid": uid}, "status": status}
 
 
 class Node:
@@ -62,11 +64,13 @@ class Node:
     def checkpoint(self) -> Checkpoint:
         return Checkpoint(self.checkpoint_path, "boot-1")
 
-    def preparer(self, mig_supported: bool = True) -> ClaimPreparer:
+    def preparer(
+        self, mig_supported: bool = True, published: dict[str, PublishedDevice] | None = None
+    ) -> ClaimPreparer:
         return ClaimPreparer(
             self.read_claim,
             NODE,
-            lambda: PUBLISHED,
+            lambda: published or PUBLISHED,
             list_claims=lambda: list(self.claims.values()),
             on_failure=lambda ref, error: self.failures.append((ref, error)),
             checkpoint=self.checkpoint(),
@@ -80,7 +84,7 @@ class Node:
         )
 
 
-def new_claim(node: Node, **kwargs: Any) -> ClaimRef:
+def new_claim(node: Node, name: str = "train", **kwargs: Any) -> ClaimRef:
     uid = str(uuid.uuid4())
-    node.claims["train"] = claim(uid, **kwargs)
-    return ClaimRef("ns", uid, "train")
+    node.claims[name] = claim(uid, name=name, **kwargs)
+    return ClaimRef("ns", uid, name)
