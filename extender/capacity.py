@@ -52,6 +52,10 @@ class Matcher:
 
 
 def _counters_allow(node: Node, usage: Usage, device: NodeDevice) -> bool:
+    for counter_set, groups in device.groups:
+        shared = usage.groups.get(counter_set)
+        if shared is not None and not shared & groups:
+            return False  # the set's devices in use are of another group (a GPU's mode is taken)
     for counter_set, counters in device.consumes:
         total = node.counters.get(counter_set, {})
         used = usage.counters.get(counter_set, {})

@@ -29,6 +29,9 @@ class NodeDevice:
     consumes: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...]  # (counter set, ((counter, amount), ...))
     multi: bool
     tainted: bool
+    # (counter set, its compatibility groups) where the device names some (1.37 alpha): devices that
+    # draw on one counter set are allocated together only while they share a group.
+    groups: tuple[tuple[str, frozenset[str]], ...] = ()
 
     def attribute(self, name: str) -> Any:
         value = self.raw.get("attributes", {}).get(name)
@@ -159,6 +162,11 @@ def nodes_from(node_objects: list[dict[str, Any]], slices: list[dict[str, Any]],
                 for c in raw.get("consumesCounters") or []
             )
             tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in raw.get("taints") or [])
+            groups = tuple(
+                (c["counterSet"], frozenset(c["compatibilityGroups"]))
+                for c in raw.get("consumesCounters") or []
+                if c.get("compatibilityGroups")
+            )
             node.devices[raw["name"]] = NodeDevice(
                 node.name,
                 raw["name"],
@@ -167,6 +175,7 @@ def nodes_from(node_objects: list[dict[str, Any]], slices: list[dict[str, Any]],
                 consumes,
                 bool(raw.get("allowMultipleAllocations")),
                 tainted,
+                groups,
             )
     return nodes
 
@@ -178,6 +187,7 @@ class Usage:
     devices: set[str] = field(default_factory=set)
     shared: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # multi device -> capacity used
     counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # counter set -> used
+    groups: dict[str, frozenset[str]] = field(default_factory=dict)  # counter set -> groups its users share
 
     def within(self, other: Usage) -> bool:
         """Everything used here is used in `other` too (nothing was freed going from self to other)."""
@@ -192,6 +202,7 @@ class Usage:
             set(self.devices),
             {d: dict(c) for d, c in self.shared.items()},
             {s: dict(c) for s, c in self.counters.items()},
+            dict(self.groups),
         )
 
 
@@ -232,3 +243,5 @@ def take(usage: Usage, device: NodeDevice, consumed: dict[str, Decimal] | None =
         used_counters = usage.counters.setdefault(counter_set, {})
         for name, amount in counters:
             used_counters[name] = used_counters.get(name, Decimal(0)) + amount
+    for counter_set, groups in device.groups:
+        usage.groups[counter_set] = usage.groups.get(counter_set, groups) & groups
