@@ -1,280 +1,34 @@
-"""Kubernetes 1.37's native gang scheduling and the extender side by side, in one run.
-
-Four modes on six fake nodes of 8 A100s (fractions off) in racks of 3, 2 and 1 nodes
-(`nativedra.dev/rack`), their slices published by the plugin's own builder:
-- default:  the scheduler alone, default feature gates (gang pods carry labels nothing reads);
-- native:   the scheduler alone with `GenericWorkload` (beta), `scheduling.k8s.io/v1beta1` served
-            and `TopologyAwareWorkloadScheduling` (alpha, for rack constraints); gangs are PodGroups
-            and their pods name them in spec.schedulingGroup;
-- extender: default gates, the scheduler calls a `nativedra extender`; gangs are nativedra labels
-            (`nativedra.dev/topology-required` for the rack);
-- both:     the gated cluster of `native` with the extender on; gangs are PodGroups, which the
-            extender reads as gangs too.
+"""Kubernetes 1.37's native gang scheduling and the extender side by side, in one run: the scenarios
+and modes of `e2e.four_way` with more trials than its e2e module runs (`python -m bench native_gang`).
 Default and extender run on the control plane `python -m bench` starts (default gates); native and
-both on a second one with the gates. The scheduler is restarted for every mode (fresh caches and
-queues); the extender processes are wired as `e2e.extender_harness` wires them.
-
-Scenarios, each in a fresh namespace:
-- two gangs of 4 pods x 8 GPUs, created interleaved (a0, b0, a1, ...): how many pods of each are
-  bound once the scheduler has judged every pod, gangs left partly placed, GPUs stranded (held by
-  pods of incomplete gangs), and the seconds from the first create to the first gang whole;
-  then the pods of the gang with the most bound (a on a tie) are deleted, and the seconds from the
-  delete to the other gang whole are measured. Once per entry of TWO_GANG_TRIALS: the delete comes
-  right after the scheduler judged every pod, or after that many seconds of churn (`_churn`).
-- the rack tie: a 2-pod gang required in one rack is created and runs, then a 3-pod one; the
-  racks of 3 and 2 nodes tie for the first (native breaks ties at random), and only the rack of 3
-  fits the second. RACK_TRIALS times; a success is both gangs whole, each in one rack.
-Bind times come from a watch on the namespace (`bench.bench_scheduler.Bindings`). Figures go to
-bench-results/native_gang.json; the lines printed end with the table for the README.
+both on a second one with the gates. Figures go to bench-results/native_gang.json; the lines printed
+end with the table for the README.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client, config
 
-from bench.bench_scheduler import Bindings
 from bench.timing import write_results
-from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.publish_config import PublishConfig
-from dra_driver.publisher import SlicePublisher
-from dra_driver.slices import build_slices
-from e2e.extender_harness import (
-    GPU_CLASS,
-    ExtenderCluster,
-    delete_pods,
-    fresh_namespace,
-    gang_pods,
-    native_gang_pods,
-    settled_placement,
-)
-from extender.config import RACK_LABEL
-from extender.gang import TOPOLOGY_REQUIRED
-from nativedra.cluster import ControlPlane, create_fake_node, resolve
-from nativedra.cluster.components import Features
-from nativedra.cluster.controlplane import free_port
-from nativedra.cluster.pki import extender_tls
-from nativedra.cluster.scheduler_config import scheduler_extra
-from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
+from e2e.four_way import NATIVE_GANGS, RACKS, Trials, run_modes, table
+from nativedra.cluster import ControlPlane, resolve
 
-RACKS = {"rack-a": 3, "rack-b": 2, "rack-c": 1}
-GPUS = 8  # per node, and per gang member: a member takes a whole node
-# Two-gang trials by the seconds of churn between the waiting gang's rejection and the delete: two
-# without (the delete comes about a second after the rejection), one with.
-TWO_GANG_TRIALS = (0.0, 0.0, 20.0)
-RACK_TRIALS = 8
-SETTLE_S = 60.0  # the longest wait for the scheduler to judge every pod of a scenario
-WAITING_S = 60.0  # a waiting gang not whole this long after the first one went counts as never
-MODES = ("default", "native", "extender", "both")
-NATIVE_GANGS = Features(
-    {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True},
-    ("scheduling.k8s.io/v1beta1",),
-    "native gang scheduling with rack constraints, measured against the extender",
-)
-
-
-@dataclass(frozen=True)
-class Mode:
-    name: str
-    native: bool  # gangs are PodGroups on the gated cluster
-    extender: bool  # the scheduler calls the extender
-
-    def gang(
-        self, api: client.ApiClient, namespace: str, name: str, size: int, *, members: range, rack: bool
-    ) -> list[str]:
-        """Members `members` of gang `name` of `size` pods, the way this mode links a gang."""
-        if self.native:
-            topology = RACK_LABEL if rack else None
-            return native_gang_pods(api, namespace, name, size, GPUS, topology=topology, members=members)
-        annotations = {TOPOLOGY_REQUIRED: RACK_LABEL} if rack else None
-        return gang_pods(api, namespace, name, size, GPUS, annotations=annotations, members=members)
-
-
-def _nodes(api: client.ApiClient) -> dict[str, str]:
-    """The six nodes (node -> rack), with the DeviceClasses."""
-    apply_file(api, device_classes())
-    inventory = load_profile(resolve_profile("a100-8x"))
-    rack_of = {}
-    for rack, count in RACKS.items():
-        for index in range(count):
-            name = f"{rack}-{index}"
-            create_fake_node(api, name, {RACK_LABEL: rack})
-            SlicePublisher(api, name).reconcile(build_slices(inventory, PublishConfig(fractions=()), name))
-            rack_of[name] = rack
-    return rack_of
-
-
-def _remove_nodes(api: client.ApiClient, rack_of: dict[str, str]) -> None:
-    core = client.CoreV1Api(api)
-    for name in rack_of:
-        with contextlib.suppress(client.ApiException):
-            core.delete_node(name)
-
-
-@contextlib.contextmanager
-def _scheduler(plane: ControlPlane, api: client.ApiClient, scratch: Path, mode: Mode) -> Iterator[None]:
-    """A freshly started scheduler, alone or calling a fresh extender; alone again afterwards."""
-    if not mode.extender:
-        plane.restart_scheduler({})
-        yield
-        return
-    scratch.mkdir(parents=True)
-    config_file = scratch / "extender.yaml"
-    config_file.write_text(yaml.safe_dump({}))
-    tls = extender_tls(scratch / "tls")
-    extender = ExtenderCluster(plane, api, free_port(), free_port(), tls, config_file, scratch / "extender.log")
-    extender.start_extender()
-    try:
-        plane.restart_scheduler(scheduler_extra(extender.port, tls))
-        yield
-    finally:
-        extender.kill_extender()
-        plane.restart_scheduler({})
-
-
-def _churn(api: client.ApiClient, namespace: str, seconds: float) -> None:
-    """1-GPU pods created and deleted one after another for `seconds`, as a busy cluster's other
-    work comes and goes while a gang waits: each is an event that may send the waiting gang back
-    through a scheduling attempt (and a longer backoff). Returns once their claims are gone too."""
-    claim_template(api, namespace, "churn", [request("gpus", GPU_CLASS, count=1)])
-    core = client.CoreV1Api(api)
-    names: list[str] = []
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        names.append(f"churn-{len(names)}")
-        gpu_pod(api, namespace, names[-1], "churn")
-        time.sleep(1)
-        core.delete_namespaced_pod(names[-1], namespace, grace_period_seconds=0)
-        time.sleep(1)
-    delete_pods(api, namespace, names)
-
-
-def _two_gangs(api: client.ApiClient, namespace: str, mode: Mode, churn_s: float) -> dict[str, Any]:
-    """One trial of two 4 x 8 gangs, then (after `churn_s` of churn) the first one's pods deleted."""
-    pods: dict[str, list[str]] = {"a": [], "b": []}
-    with Bindings(api, namespace) as bindings:
-        start = time.perf_counter()
-        for index in range(4):
-            for gang in pods:
-                pods[gang] += mode.gang(api, namespace, gang, 4, members=range(index, index + 1), rack=False)
-        placed = settled_placement(api, namespace, pods["a"] + pods["b"], SETTLE_S)
-        at = bindings.snapshot()[0]
-        counts = {gang: sum(1 for p in names if p in placed) for gang, names in pods.items()}
-        whole = [gang for gang, count in counts.items() if count == 4]
-        first_whole = min((max(at[p] for p in pods[gang]) - start for gang in whole), default=None)
-        first = max(pods, key=lambda gang: (counts[gang], gang == "a"))
-        waiting = "b" if first == "a" else "a"
-        _churn(api, namespace, churn_s)
-        deleted = time.perf_counter()
-        delete_pods(api, namespace, pods[first])
-        bindings.wait(set(pods[waiting]), deleted + WAITING_S - time.perf_counter())
-        at = bindings.snapshot()[0]
-    delete_pods(api, namespace, pods[waiting])  # the next trial starts from free nodes
-    done = all(p in at for p in pods[waiting])
-    partial = [gang for gang, count in counts.items() if 0 < count < 4]
-    return {
-        "churn_s": churn_s,
-        "bound": counts,
-        "partial_gangs": len(partial),
-        "stranded_gpus": sum(counts[gang] for gang in partial) * GPUS,
-        "first_whole_s": first_whole,
-        "waiting_whole_after_delete_s": max(at[p] for p in pods[waiting]) - deleted if done else None,
-    }
-
-
-def _rack_tie(api: client.ApiClient, namespace: str, mode: Mode, trial: int, rack_of: dict[str, str]) -> dict[str, Any]:
-    """One trial of the rack tie: a 2-pod gang, once it runs a 3-pod one, each required in a rack."""
-    pair = mode.gang(api, namespace, f"pair{trial}", 2, members=range(2), rack=True)
-    settled_placement(api, namespace, pair, SETTLE_S)
-    trio = mode.gang(api, namespace, f"trio{trial}", 3, members=range(3), rack=True)
-    placed = settled_placement(api, namespace, pair + trio, SETTLE_S)
-    racks = [{rack_of[placed[p]] for p in gang if p in placed} for gang in (pair, trio)]
-    whole = [all(p in placed for p in gang) for gang in (pair, trio)]
-    delete_pods(api, namespace, pair + trio)
-    return {
-        "both_whole": all(whole),
-        "rack_violations": sum(1 for gang_racks in racks if len(gang_racks) > 1),
-        "success": all(whole) and all(len(r) == 1 for r in racks),
-    }
-
-
-def _mode(api: client.ApiClient, mode: Mode, rack_of: dict[str, str]) -> Iterator[str | dict[str, Any]]:
-    figures: dict[str, Any] = {"two_gangs": [], "rack_tie": []}
-    for trial, churn_s in enumerate(TWO_GANG_TRIALS):
-        with fresh_namespace(api, f"two-{mode.name}-{trial}") as namespace:
-            result = _two_gangs(api, namespace, mode, churn_s)
-        figures["two_gangs"].append(result)
-        yield f"  two gangs #{trial + 1}: {result}"
-    with fresh_namespace(api, f"rack-{mode.name}") as namespace:
-        for trial in range(RACK_TRIALS):
-            figures["rack_tie"].append(_rack_tie(api, namespace, mode, trial, rack_of))
-    successes = sum(t["success"] for t in figures["rack_tie"])
-    yield f"  rack tie: {successes}/{RACK_TRIALS} both gangs whole in one rack each"
-    yield figures
+BENCH_TRIALS = Trials()
 
 
 def _gated_plane(root: Path) -> ControlPlane:
     plane = ControlPlane(state_dir=root / "gated", binaries=resolve(), features=NATIVE_GANGS)
     plane.start()
     return plane
-
-
-def _span(values: list[float | None]) -> str:
-    """'0.36 s' for one value, 'min-max s' for several; 'never' if any did not happen."""
-    if not values or any(v is None for v in values):
-        return "never" if values else "-"
-    known = [v for v in values if v is not None]
-    low, high = min(known), max(known)
-    return f"{low:.2f} s" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f} s"
-
-
-def table(modes: dict[str, dict[str, Any]]) -> list[str]:
-    """The side-by-side table (Markdown), one column per mode."""
-
-    def row(label: str, cell: Callable[[dict[str, Any]], str]) -> str:
-        return f"| {label} | " + " | ".join(cell(modes[m]) for m in MODES if m in modes) + " |"
-
-    def placed(figures: dict[str, Any]) -> str:
-        return ", ".join(sorted({" + ".join(str(c) for c in t["bound"].values()) for t in figures["two_gangs"]}))
-
-    def ties(figures: dict[str, Any]) -> str:
-        trials = figures["rack_tie"]
-        violations = sum(t["rack_violations"] for t in trials)
-        return f"{sum(t['success'] for t in trials)}/{len(trials)} ({violations} rack violations)"
-
-    def per_trial(key: str) -> Callable[[dict[str, Any]], str]:
-        return lambda f: ", ".join(sorted({str(t[key]) for t in f["two_gangs"]}))
-
-    def waiting(churned: bool) -> Callable[[dict[str, Any]], str]:
-        return lambda f: _span(
-            [t["waiting_whole_after_delete_s"] for t in f["two_gangs"] if bool(t["churn_s"]) == churned]
-        )
-
-    churn = max(TWO_GANG_TRIALS)
-    shown = [m for m in MODES if m in modes]
-    return [
-        "| 6 nodes x 8 GPUs, racks of 3/2/1 | " + " | ".join(shown) + " |",
-        "|---|" + "---|" * len(shown),
-        row("two 4 x 8 gangs: pods bound (a + b)", placed),
-        row(
-            "partly placed gangs / stranded GPUs, per trial",
-            lambda f: f"{per_trial('partial_gangs')(f)} / {per_trial('stranded_gpus')(f)}",
-        ),
-        row("first gang whole, from the first create", lambda f: _span([t["first_whole_s"] for t in f["two_gangs"]])),
-        row("waiting gang whole after the first gang's pods are deleted", waiting(False)),
-        row(f"the same after {churn:.0f} s of 1-GPU pods coming and going", waiting(True)),
-        row("2-pod then 3-pod gang, one rack each: both placed", ties),
-    ]
 
 
 def run(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
@@ -286,8 +40,7 @@ def run(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
         "kubernetes": plane.binaries.version,
         "gates": {"native": dict(NATIVE_GANGS.gates), "runtime_config": list(NATIVE_GANGS.runtime_config)},
         "racks": RACKS,
-        "two_gang_trials_churn_s": TWO_GANG_TRIALS,
-        "rack_trials": RACK_TRIALS,
+        "trials": asdict(BENCH_TRIALS),
         "modes": {},
     }
     with tempfile.TemporaryDirectory(prefix="nativedra-bench-native-") as scratch:
@@ -295,18 +48,12 @@ def run(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
         gated = _gated_plane(root)
         try:
             gated_api = config.new_client_from_config(config_file=str(gated.kubeconfig))
-            clusters = {False: (plane, api, _nodes(api)), True: (gated, gated_api, _nodes(gated_api))}
-            for name in MODES:
-                mode = Mode(name, native=name in ("native", "both"), extender=name in ("extender", "both"))
-                mode_plane, mode_api, rack_of = clusters[mode.native]
-                yield f"{name}:"
-                with _scheduler(mode_plane, mode_api, root / name, mode):
-                    for item in _mode(mode_api, mode, rack_of):
-                        if isinstance(item, str):
-                            yield item
-                        else:
-                            document["modes"][name] = item
-            _remove_nodes(api, clusters[False][2])
+            clusters = {False: (plane, api), True: (gated, gated_api)}
+            for item in run_modes(clusters, root, BENCH_TRIALS):
+                if isinstance(item, str):
+                    yield item
+                else:
+                    document["modes"][item[0]] = item[1]
         finally:
             gated.stop()
     document["seconds"] = time.perf_counter() - started
