@@ -9,9 +9,11 @@ the kubelet to restart the process.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -137,7 +139,21 @@ def create_app(
 ) -> FastAPI:
     """The extender verbs and the probes; `watchdog` is shared with a probe app when there is one."""
     limits = limits or Limits()
-    app = FastAPI(title="nativedra scheduler extender", docs_url=None, redoc_url=None)
+
+    @contextlib.asynccontextmanager
+    async def background_planner(_app: FastAPI) -> AsyncIterator[None]:
+        """Plans the newest view off the request path while the app serves (see Decider.keep_fresh)."""
+        stop = threading.Event()
+        planner = threading.Thread(target=decider.keep_fresh, args=(state.view, stop), name="planner", daemon=True)
+        planner.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            decider.refresh_wanted.set()
+            planner.join(timeout=5)
+
+    app = FastAPI(title="nativedra scheduler extender", docs_url=None, redoc_url=None, lifespan=background_planner)
     handler = _Handler(state, limits, watchdog or Watchdog(limits.stuck_after_seconds))
 
     async def filter_nodes(request: Request) -> Response:

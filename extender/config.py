@@ -56,6 +56,13 @@ class ExtenderConfig(BaseModel):
     max_gang_size: Annotated[int, Field(ge=1)] | None = None
     driver: str = "gpu.nativedra.dev"
     weights: ScoreWeights = ScoreWeights()
+    # A pod outside every gang may be answered from a plan up to this old when only usage moved
+    # since (GPUs freed or taken: no gang member, claim or class changed); a background planner
+    # catches up. 0: every answer waits for a plan of the newest view.
+    stale_plan_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5
+    # The background planner starts a plan at most this often, so it never takes the GIL from the
+    # request threads for long.
+    refresh_interval_seconds: Annotated[float, Field(gt=0, le=10)] = 0.1
 
     @field_validator("topology_levels")
     @classmethod

@@ -8,6 +8,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -62,6 +63,20 @@ def _body(view: ClusterView, pod: dict[str, Any]) -> str | None:
     return hashlib.sha256(json.dumps(pod, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _held_nodes(
+    cluster: ClusterPlan, view: ClusterView, demand: Demand, names: list[str], matcher: Matcher
+) -> dict[str, str]:
+    """Nodes of `names` where `demand` fits only in capacity held for gangs, with why. Only held
+    nodes can fail, and they are few (the pending gangs' slots) against 5,000 names."""
+    asked = set(names)
+    failed = {}
+    for name, holders in cluster.holders.items():
+        node = view.nodes.get(name)
+        if holders and node is not None and name in asked and place(node, cluster.held[name], demand, matcher) is None:
+            failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
+    return failed
+
+
 def _same(before: tuple[object, ...], now: tuple[object, ...]) -> bool:
     return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))
 
@@ -99,8 +114,11 @@ class Decider:
         )
         # One plan, for (view version, body of the pod asked about unless the view holds it); it
         # also depends on time only through holds expiring, so it is kept until the first does.
-        self._plan_cache: tuple[tuple[int, str | None], ClusterPlan] | None = None
+        # With when it was made (monotonic): answers outside gangs may use it for a while.
+        self._plan_cache: tuple[tuple[int, str | None], ClusterPlan, float] | None = None
         self._lock = threading.Lock()
+        # Set when an answer came from a plan older than its view: wakes `keep_fresh`.
+        self.refresh_wanted = threading.Event()
         # Hold clocks of the gangs in the last plan (expired holds wait for a change to hold again).
         self._clocks: dict[str, HoldClock] = {}
         # What was last logged per gang in the last plan, so a plan is logged when it changes.
@@ -284,8 +302,12 @@ class Decider:
         self._member_deps = deps
         return list(gangs.values())
 
-    def plan(self, view: ClusterView, pod: dict[str, Any], now: float) -> ClusterPlan:
-        cache_key = (view.version, _body(view, pod))
+    def plan(self, view: ClusterView, pod: dict[str, Any] | None, now: float) -> ClusterPlan:
+        """The plan of every gang at this view. `pod` is the pod being asked about: one that may
+        join a gang is planned with its gang even before the watches deliver it; any other pod
+        changes no gang's plan, so it is left out (and one plan answers every such pod)."""
+        extra = pod if pod is not None and may_belong_to_gang(pod) else None
+        cache_key = (view.version, None if extra is None else _body(view, extra))
         with self._lock:
             cached = self._plan_cache
             if cached and cached[0] == cache_key and now < cached[1].valid_until:
@@ -302,8 +324,9 @@ class Decider:
                 # pods outside gangs): the same plan answers at this version, without a pass over
                 # the gang pods and gangs.
                 with self._lock:
-                    self._plan_cache = (cache_key, cached[1])
-                    self._memo_at = view.version
+                    if self._newer(view.version):
+                        self._plan_cache = (cache_key, cached[1], cached[2])
+                        self._memo_at = view.version
                 return cached[1]
         changed = None if changes is None else {key[1] for kind, key in changes if kind in ("node", "usage")}
         gangs = None
@@ -314,7 +337,7 @@ class Decider:
                     # the last pass found them, so the pass over every gang pod is skipped.
                     gangs, self._deps_at = self._last_gangs, view.version
         if gangs is None:
-            gangs = self.gangs(view, pod)
+            gangs = self.gangs(view, extra)
         # Room for every (node, gang) fit of one plan, so the next finds all those it did not change.
         wanted = 2 * len(view.nodes) * (len(gangs) + 1)
         self.matcher.fits.capacity = min(max(Matcher.FIT_CACHE_SIZE, wanted), self.FIT_CACHE_MAX)
@@ -335,12 +358,54 @@ class Decider:
             # stalled a call for ~270 ms at 5,000 nodes. They are acyclic; refcounting frees them.
             gc.freeze()
         with self._lock:
-            self._plan_cache = (cache_key, result)
-            self._clocks = result.clocks
-            self._memo = result.memo
-            self._memo_at = view.version
-            self._log_changes(result)
+            if self._newer(view.version):  # a slower plan of an older view does not replace a newer one
+                self._plan_cache = (cache_key, result, time.monotonic())
+                self._clocks = result.clocks
+                self._memo = result.memo
+                self._memo_at = view.version
+                self._log_changes(result)
         return result
+
+    def _newer(self, version: int) -> bool:
+        """Whether a plan of `version` may replace the cached one (the lock is held)."""
+        return self._plan_cache is None or version >= self._plan_cache[0][0]
+
+    def held_plan(self, view: ClusterView, now: float) -> tuple[ClusterPlan, bool]:
+        """The plan a pod outside every gang is judged by, and whether it is older than `view`: the
+        cached one while it is younger than `stale_plan_seconds` and only usage moved since (no gang
+        member, claim, class or JobSet changed), else a plan of this view. Serving an older one
+        wakes the background planner (`keep_fresh`)."""
+        limit = self.config.stale_plan_seconds
+        with self._lock:
+            cached = self._plan_cache
+        if cached is None or limit <= 0 or now >= cached[1].valid_until or time.monotonic() - cached[2] > limit:
+            return self.plan(view, None, now), False
+        version = cached[0][0]
+        if version == view.version:
+            return cached[1], False
+        with self._gangs_lock:
+            usage_only = self._gangs_unchanged(view, view.changes(version), version)
+        if not usage_only:
+            return self.plan(view, None, now), False
+        self.refresh_wanted.set()
+        return cached[1], True
+
+    def keep_fresh(self, views: Callable[[], ClusterView], stop: threading.Event) -> None:
+        """The background planner: plans the newest view whenever an answer was served from an
+        older plan, at most every `refresh_interval_seconds`. Runs until `stop` is set."""
+        while True:
+            woken = self.refresh_wanted.wait(timeout=1.0)
+            if stop.is_set():
+                return
+            if not woken:
+                continue
+            self.refresh_wanted.clear()
+            started = time.monotonic()
+            try:
+                self.plan(views(), None, time.time())
+            except Exception:  # noqa: BLE001 - the planner thread must outlive one bad plan
+                plan_log.exception("background plan failed; answers wait for a plan of their own")
+            stop.wait(max(0.0, self.config.refresh_interval_seconds - (time.monotonic() - started)))
 
     def _unaffected(self, view: ClusterView, changes: set[tuple[str, tuple[str, str]]] | None, memo_at: int) -> bool:
         """Whether `changes` (since the memo's version `memo_at`) leave every gang as planned: its
@@ -406,31 +471,35 @@ class Decider:
         if ref is None and demand.unresolved:
             reason = f"waiting to see {', '.join(demand.unresolved)}"
             return [], dict.fromkeys(names, reason), RETRY
+        if ref is None:
+            return self._held_check(view, demand, names, now)
         cluster = self.plan(view, pod, now)
-        if ref is not None:
-            placed = allocated_node(pod, view.claims, self.config.driver)
-            if placed is not None:  # asked again after its claim was allocated: that node alone can take it
-                reason = f"the claims of this pod are allocated on {placed}"
-                return [n for n in names if n == placed], {n: reason for n in names if n != placed}, "gang"
-            plan = cluster.plans[ref.key]
-            if not plan.feasible:
-                return [], dict.fromkeys(names, plan.reason), RETRY if plan.transient else "gang-rejected"
-            slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
-            if not slots:  # nothing left to hold (e.g. all members bound): no restriction
-                return names, {}, "gang"
-            planned = sorted(slots)
-            passing = [name for name in names if name in slots]
-            reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
-            return passing, {name: reason for name in names if name not in slots}, "gang"
-        # Only held nodes can fail, and they are few (the pending gangs' slots) against 5,000 names.
-        asked = set(names)
-        failed = {}
-        for name, holders in cluster.holders.items():
-            node = view.nodes.get(name)
-            if not holders or node is None or name not in asked:
-                continue
-            if place(node, cluster.held[name], demand, self.matcher) is None:
-                failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
+        placed = allocated_node(pod, view.claims, self.config.driver)
+        if placed is not None:  # asked again after its claim was allocated: that node alone can take it
+            reason = f"the claims of this pod are allocated on {placed}"
+            return [n for n in names if n == placed], {n: reason for n in names if n != placed}, "gang"
+        plan = cluster.plans[ref.key]
+        if not plan.feasible:
+            return [], dict.fromkeys(names, plan.reason), RETRY if plan.transient else "gang-rejected"
+        slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
+        if not slots:  # nothing left to hold (e.g. all members bound): no restriction
+            return names, {}, "gang"
+        planned = sorted(slots)
+        passing = [name for name in names if name in slots]
+        reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
+        return passing, {name: reason for name in names if name not in slots}, "gang"
+
+    def _held_check(
+        self, view: ClusterView, demand: Demand, names: list[str], now: float
+    ) -> tuple[list[str], dict[str, str], str]:
+        """A pod outside every gang fails only on nodes whose free devices are held for gangs. From
+        an older plan (see `held_plan`) it may go onto capacity a gang was just planned onto, or be
+        kept off a node whose hold just ended, but never off every node: refused everywhere, it is
+        judged again by a plan of this view, so it is not parked as unschedulable by a stale plan."""
+        cluster, older = self.held_plan(view, now)
+        failed = _held_nodes(cluster, view, demand, names, self.matcher)
+        if older and len(failed) == len(names):
+            failed = _held_nodes(self.plan(view, None, now), view, demand, names, self.matcher)
         if not failed:
             return names, failed, "pass"
         return [name for name in names if name not in failed], failed, "held-check"
@@ -440,7 +509,7 @@ class Decider:
         if not demand.requests:
             return dict.fromkeys(names, 0)
         # A gang member is scored on real usage: the capacity held for its own gang is meant for it.
-        usage = view.usage if self.gang(view, pod) else self.plan(view, pod, time.time()).held
+        usage = view.usage if self.gang(view, pod) else self.held_plan(view, time.time())[0].held
         known = self._scores.get(demand)
         if known is None or len(known) > 2 * len(view.nodes):
             known = {}

@@ -7,6 +7,8 @@ import copy
 import gc
 import json
 import random
+import threading
+import time
 from datetime import datetime
 from typing import Any
 
@@ -330,3 +332,71 @@ def test_a_gpu_freed_outside_every_gang_skips_the_pass_over_gang_pods() -> None:
     view = cluster.state.view()
     _same_plan(decider.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
     assert decider._last_gangs is not found
+
+
+def _running_claim(cluster: Cluster) -> dict[str, Any]:
+    """The allocated claim of a 1-GPU pod outside every gang."""
+    return next(
+        c
+        for c in cluster.state.objects["resourceclaims"].values()
+        if c["metadata"]["name"].startswith("n0") and (c.get("status") or {}).get("allocation")
+    )
+
+
+def _wait_for_version(decider: Decider, version: int) -> None:
+    deadline = time.monotonic() + 10
+    while decider._plan_cache is None or decider._plan_cache[0][0] < version:
+        assert time.monotonic() < deadline, "the background planner did not catch up"
+        time.sleep(0.01)
+
+
+def test_a_pod_outside_gangs_is_answered_from_the_last_plan_while_only_usage_moved() -> None:
+    """A GPU freed outside every gang: the 1-GPU pod's answer comes from the plan already made,
+    and the background planner brings the plan to the new view; a new gang member is never
+    answered around: the plan is made for the view that holds it."""
+    cluster = Cluster(15)
+    decider = Decider(ExtenderConfig())
+    names = sorted(cluster.state.view().nodes)
+    decider.filter(cluster.state.view(), cluster.single, names, now=SOON)
+    made = decider._plan_cache
+    assert made is not None
+    cluster.state.apply("DELETED", "resourceclaims", _running_claim(cluster))
+    view = cluster.state.view()
+    decider.filter(view, cluster.single, names, now=SOON)
+    assert decider._plan_cache is made and decider.refresh_wanted.is_set()
+    stop = threading.Event()
+    planner = threading.Thread(target=decider.keep_fresh, args=(cluster.state.view, stop))
+    planner.start()
+    try:
+        _wait_for_version(decider, view.version)
+    finally:
+        stop.set()
+        decider.refresh_wanted.set()
+        planner.join(5)
+    cluster.add_member()
+    view = cluster.state.view()
+    decider.filter(view, cluster.single, names, now=SOON)
+    assert decider._plan_cache is not None and decider._plan_cache[0][0] == view.version
+
+
+def test_a_pod_an_older_plan_refuses_everywhere_is_judged_again_by_a_plan_of_the_view() -> None:
+    """A 1-GPU pod takes a GPU on a node held for a gang, which then plans elsewhere: the older plan
+    still holds that node, but a pod it refuses on every node offered is judged by a plan of the
+    view it is asked at, so a stale plan never parks it as unschedulable."""
+    cluster = Cluster(16)
+    decider = Decider(ExtenderConfig())
+    first = decider.plan(cluster.state.view(), None, SOON)
+    for node in sorted(first.holders):
+        taken = builders.allocated_claim(f"taken-{node}", node, ["gpu-0"], "ns")
+        taken["metadata"]["resourceVersion"] = "1"
+        cluster.state.apply("ADDED", "resourceclaims", taken)
+        view = cluster.state.view()
+        fresh = Decider(ExtenderConfig()).plan(view, None, SOON)
+        if node not in fresh.holders:
+            break
+        cluster.state.apply("DELETED", "resourceclaims", taken)
+    else:
+        pytest.fail("no held node whose gang can plan elsewhere")
+    assert decider.held_plan(view, SOON)[1], "the older plan is what a plain pod would be answered from"
+    passing, failed, _ = decider.filter(view, cluster.single, [node], now=SOON)
+    assert (passing, failed) == ([node], {})
