@@ -105,6 +105,8 @@ class Decider:
     MEMBER_CACHE_MIN = 4096
     SCORE_DEMANDS = 16  # demands whose node scores are remembered, at most
     FIT_CACHE_MAX = 1_000_000  # node fits remembered across plans, at most
+    UNWATCHED_SECONDS = 60.0  # a gang pod asked about is counted this long while the watch lacks it
+    UNWATCHED_MAX = 1024
 
     def __init__(self, config: ExtenderConfig) -> None:
         self.config = config
@@ -115,10 +117,15 @@ class Decider:
         # One plan, for (view version, body of the pod asked about unless the view holds it); it
         # also depends on time only through holds expiring, so it is kept until the first does.
         # With when it was made (monotonic): answers outside gangs may use it for a while.
-        self._plan_cache: tuple[tuple[int, str | None], ClusterPlan, float] | None = None
+        self._plan_cache: tuple[tuple[int, str | None, int], ClusterPlan, float] | None = None
         self._lock = threading.Lock()
         # Set when an answer came from a plan older than its view: wakes `keep_fresh`.
         self.refresh_wanted = threading.Event()
+        # Gang pods asked about before the watches delivered them (with when, monotonic): every plan
+        # counts them until the watch does, so a pod asked about next cannot take what their gang
+        # was just planned (and admitted) onto. Bumps `_unwatched_version` on every change.
+        self._unwatched: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}
+        self._unwatched_version = 0
         # Hold clocks of the gangs in the last plan (expired holds wait for a change to hold again).
         self._clocks: dict[str, HoldClock] = {}
         # What was last logged per gang in the last plan, so a plan is logged when it changes.
@@ -181,9 +188,36 @@ class Decider:
         the pod being asked about in its place, even if the watch has not delivered it yet."""
         keys = view.gang_pods if view.gang_pods is not None else tuple(view.pods)
         pods = {key: view.pods[key] for key in keys if key in view.pods}
+        with self._lock:
+            unwatched = [pod for key, (pod, _) in self._unwatched.items() if key not in view.pods]
+        for pod in unwatched:
+            pods[_key(pod)] = pod
         if extra is not None:
             pods[_key(extra)] = extra
         return list(pods.values())
+
+    def _note_unwatched(self, view: ClusterView, extra: dict[str, Any] | None) -> int:
+        """Remember `extra` while the view lacks it, forget what the view now has or what is older
+        than UNWATCHED_SECONDS (created and deleted unseen); the version of what is remembered."""
+        now = time.monotonic()
+        with self._lock:
+            before = len(self._unwatched)
+            self._unwatched = {
+                key: entry
+                for key, entry in self._unwatched.items()
+                if key not in view.pods and now - entry[1] <= self.UNWATCHED_SECONDS
+            }
+            changed = len(self._unwatched) != before
+            if extra is not None and _key(extra) not in view.pods:
+                known = self._unwatched.get(_key(extra))
+                if known is None or known[0] != extra:
+                    if len(self._unwatched) >= self.UNWATCHED_MAX:
+                        self._unwatched.pop(next(iter(self._unwatched)))
+                    self._unwatched[_key(extra)] = (extra, known[1] if known else now)
+                    changed = True
+            if changed:
+                self._unwatched_version += 1
+            return self._unwatched_version
 
     def _member(
         self, view: ClusterView, pod: dict[str, Any], context: tuple[object, ...]
@@ -307,14 +341,15 @@ class Decider:
         join a gang is planned with its gang even before the watches deliver it; any other pod
         changes no gang's plan, so it is left out (and one plan answers every such pod)."""
         extra = pod if pod is not None and may_belong_to_gang(pod) else None
-        cache_key = (view.version, None if extra is None else _body(view, extra))
+        unwatched = self._note_unwatched(view, extra)
+        cache_key = (view.version, None if extra is None else _body(view, extra), unwatched)
         with self._lock:
             cached = self._plan_cache
             if cached and cached[0] == cache_key and now < cached[1].valid_until:
                 return cached[1]
             clocks, memo, memo_at = self._clocks, self._memo, self._memo_at
         changes = view.changes(memo_at) if memo is not None else None
-        if cached is not None and cached[0][1] == cache_key[1] and now < cached[1].valid_until:
+        if cached is not None and cached[0][1:] == cache_key[1:] and now < cached[1].valid_until:
             with self._gangs_lock:
                 unaffected = self._unaffected(view, changes, memo_at)
                 if unaffected:
@@ -330,7 +365,7 @@ class Decider:
                 return cached[1]
         changed = None if changes is None else {key[1] for kind, key in changes if kind in ("node", "usage")}
         gangs = None
-        if cached is not None and cached[0][1] == cache_key[1]:
+        if cached is not None and cached[0][1:] == cache_key[1:]:
             with self._gangs_lock:
                 if self._gangs_unchanged(view, changes, memo_at):
                     # Only usage moved (a GPU freed or taken outside every gang): the members are as
@@ -380,7 +415,9 @@ class Decider:
             cached = self._plan_cache
         if cached is None or limit <= 0 or now >= cached[1].valid_until or time.monotonic() - cached[2] > limit:
             return self.plan(view, None, now), False
-        version = cached[0][0]
+        version, _, unwatched = cached[0]
+        if unwatched != self._note_unwatched(view, None):
+            return self.plan(view, None, now), False
         if version == view.version:
             return cached[1], False
         with self._gangs_lock:

@@ -373,3 +373,23 @@ def test_members_of_deleted_pods_are_not_remembered() -> None:
         assert (passing, path) == (names, "gang")
         decider.filter(cluster, single, names, now=SOON_AFTER)
     assert len(decider._members) <= 3, "the last view's two gang members and the pod asked about"
+
+
+def test_a_gang_member_asked_about_before_the_watch_delivers_it_keeps_its_gangs_hold() -> None:
+    """The scheduler can ask about a gang's first member before the extender's watch has it: the
+    gang is planned (and the member admitted) with the pod from the request. A 1-GPU pod asked
+    about next, still before the watch delivers it, must not get the capacity held for the rest
+    of that gang, or the gang could be left half placed; once the watch has it, as before."""
+    cluster = gang_view({"r": 3}, [])
+    names = sorted(cluster.nodes)
+    decider = Decider(ExtenderConfig())
+    first = member("g-0", "g", 2)
+    passing, _, path = decider.filter(cluster, first, names, now=SOON_AFTER)
+    assert path == "gang" and len(passing) == 2
+    decider.plan(cluster, None, SOON_AFTER)  # as the background planner does between two answers
+    single = pod("single", template="one", created=CREATED)
+    passing, failed, path = decider.filter(cluster, single, names, now=SOON_AFTER)
+    assert path == "held-check" and len(failed) == 2, "the held nodes are refused"
+    delivered = gang_view({"r": 3}, [first])
+    passing, failed, _ = decider.filter(delivered, single, names, now=SOON_AFTER)
+    assert len(failed) == 2, "and stay held once the watch has the member"
