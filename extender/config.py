@@ -63,6 +63,9 @@ class ExtenderConfig(BaseModel):
     # The background planner starts a plan at most this often, so it never takes the GIL from the
     # request threads for long.
     refresh_interval_seconds: Annotated[float, Field(gt=0, le=10)] = 0.1
+    # The scheduler profile's percentageOfNodesToScore (0: its adaptive default): tells when the
+    # nodes a filter call offers are every node the scheduler found room on, not a sample.
+    percentage_of_nodes_to_score: Annotated[int, Field(ge=0, le=100)] = 0
 
     @field_validator("topology_levels")
     @classmethod

@@ -8,7 +8,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -32,6 +32,8 @@ plan_log = logging.getLogger("extender.plan")
 # a short backoff, instead of a rejection, which parks the pod until some cluster event (up to
 # 5 minutes when none comes).
 RETRY = "retry"
+MIN_FEASIBLE_NODES_TO_FIND = 100  # kube-scheduler's minFeasibleNodesToFind
+MIN_FEASIBLE_NODES_PERCENTAGE = 5  # and minFeasibleNodesPercentageToFind
 
 
 def _timestamp(text: str | None) -> float:
@@ -61,6 +63,16 @@ def _body(view: ClusterView, pod: dict[str, Any]) -> str | None:
         if same_version or known == pod:
             return None
     return hashlib.sha256(json.dumps(pod, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def feasible_nodes_to_find(all_nodes: int, percentage: int = 0) -> int:
+    """How many feasible nodes kube-scheduler looks for before it stops and asks the extenders
+    (schedule_one.go numFeasibleNodesToFind): every node below 100, else a share of them."""
+    if all_nodes < MIN_FEASIBLE_NODES_TO_FIND or percentage >= 100:
+        return all_nodes
+    if percentage <= 0:
+        percentage = max(50 - all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE)
+    return max(all_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
 
 
 def _held_nodes(
@@ -105,7 +117,7 @@ class Decider:
     MEMBER_CACHE_MIN = 4096
     SCORE_DEMANDS = 16  # demands whose node scores are remembered, at most
     FIT_CACHE_MAX = 1_000_000  # node fits remembered across plans, at most
-    UNWATCHED_SECONDS = 60.0  # a gang pod asked about is counted this long while the watch lacks it
+    UNWATCHED_SECONDS = 30.0  # a gang pod asked about is counted this long after its creation at most
     UNWATCHED_MAX = 1024
 
     def __init__(self, config: ExtenderConfig) -> None:
@@ -121,11 +133,12 @@ class Decider:
         self._lock = threading.Lock()
         # Set when an answer came from a plan older than its view: wakes `keep_fresh`.
         self.refresh_wanted = threading.Event()
-        # Gang pods asked about before the watches delivered them (with when, monotonic): every plan
-        # counts them until the watch does, so a pod asked about next cannot take what their gang
-        # was just planned (and admitted) onto. Bumps `_unwatched_version` on every change.
-        self._unwatched: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}
+        # Gang pods asked about before the watches delivered them: every plan counts them until the
+        # watch does, so a pod asked about next cannot take what their gang was just planned (and
+        # admitted) onto. Bumps `_unwatched_version` on every change.
+        self._unwatched: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}  # pod, created (unix s)
         self._unwatched_version = 0
+        self._unwatched_at = -1  # the view version the journal was last read up to for them
         # Hold clocks of the gangs in the last plan (expired holds wait for a change to hold again).
         self._clocks: dict[str, HoldClock] = {}
         # What was last logged per gang in the last plan, so a plan is logged when it changes.
@@ -196,24 +209,30 @@ class Decider:
             pods[_key(extra)] = extra
         return list(pods.values())
 
-    def _note_unwatched(self, view: ClusterView, extra: dict[str, Any] | None) -> int:
-        """Remember `extra` while the view lacks it, forget what the view now has or what is older
-        than UNWATCHED_SECONDS (created and deleted unseen); the version of what is remembered."""
-        now = time.monotonic()
+    def _note_unwatched(self, view: ClusterView, extra: dict[str, Any] | None, now: float) -> int:
+        """Remember `extra` while the view lacks it, if it was created moments ago (one created
+        earlier and absent has been deleted: the scheduler can still ask about a pod it is
+        dropping); forget what the view now has, what the journal saw come and go, and what is
+        older than UNWATCHED_SECONDS. Returns the version of what is remembered."""
+        changes = view.changes(self._unwatched_at) if self._unwatched_at >= 0 else None
         with self._lock:
-            before = len(self._unwatched)
-            self._unwatched = {
+            self._unwatched_at = max(self._unwatched_at, view.version)
+            kept = {
                 key: entry
                 for key, entry in self._unwatched.items()
-                if key not in view.pods and now - entry[1] <= self.UNWATCHED_SECONDS
+                if key not in view.pods
+                and (changes is None or ("pods", key) not in changes)
+                and now - entry[1] <= self.UNWATCHED_SECONDS
             }
-            changed = len(self._unwatched) != before
-            if extra is not None and _key(extra) not in view.pods:
+            changed = len(kept) != len(self._unwatched)
+            self._unwatched = kept
+            created = _timestamp(extra["metadata"].get("creationTimestamp")) if extra is not None else 0.0
+            if extra is not None and _key(extra) not in view.pods and now - created <= self.UNWATCHED_SECONDS:
                 known = self._unwatched.get(_key(extra))
                 if known is None or known[0] != extra:
                     if len(self._unwatched) >= self.UNWATCHED_MAX:
                         self._unwatched.pop(next(iter(self._unwatched)))
-                    self._unwatched[_key(extra)] = (extra, known[1] if known else now)
+                    self._unwatched[_key(extra)] = (extra, created)
                     changed = True
             if changed:
                 self._unwatched_version += 1
@@ -341,7 +360,7 @@ class Decider:
         join a gang is planned with its gang even before the watches deliver it; any other pod
         changes no gang's plan, so it is left out (and one plan answers every such pod)."""
         extra = pod if pod is not None and may_belong_to_gang(pod) else None
-        unwatched = self._note_unwatched(view, extra)
+        unwatched = self._note_unwatched(view, extra, now)
         cache_key = (view.version, None if extra is None else _body(view, extra), unwatched)
         with self._lock:
             cached = self._plan_cache
@@ -416,7 +435,7 @@ class Decider:
         if cached is None or limit <= 0 or now >= cached[1].valid_until or time.monotonic() - cached[2] > limit:
             return self.plan(view, None, now), False
         version, _, unwatched = cached[0]
-        if unwatched != self._note_unwatched(view, None):
+        if unwatched != self._note_unwatched(view, None, now):
             return self.plan(view, None, now), False
         if version == view.version:
             return cached[1], False
@@ -521,10 +540,35 @@ class Decider:
         slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
         if not slots:  # nothing left to hold (e.g. all members bound): no restriction
             return names, {}, "gang"
+        gone = self._taken_since(view, demand, slots, names)
+        if gone:
+            self.refresh_wanted.set()
+            reason = (
+                f"gang {ref.key} is planned onto {', '.join(gone)}, where the scheduler finds no room for this "
+                "pod any more (taken since the extender's watches last heard): not admitting a member before "
+                "the whole gang fits"
+            )
+            return [], dict.fromkeys(names, reason), RETRY
         planned = sorted(slots)
         passing = [name for name in names if name in slots]
         reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
         return passing, {name: reason for name in names if name not in slots}, "gang"
+
+    def _taken_since(self, view: ClusterView, demand: Demand, slots: Mapping[str, int], names: list[str]) -> list[str]:
+        """Planned nodes the scheduler no longer offers although the extender's view says this pod
+        fits there: the scheduler counts allocations it has made but the watches have not shown yet
+        (pods placed a moment ago). Admitting a member then could strand it half a gang. Only when
+        the offer is every feasible node the scheduler found, not a sample of a large cluster."""
+        if len(names) >= feasible_nodes_to_find(len(view.nodes), self.config.percentage_of_nodes_to_score):
+            return []
+        offered = set(names)
+        return sorted(
+            name
+            for name in slots
+            if name not in offered
+            and name in view.nodes
+            and place(view.nodes[name], view.usage[name], demand, self.matcher) is not None
+        )
 
     def _held_check(
         self, view: ClusterView, demand: Demand, names: list[str], now: float

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from extender.config import ExtenderConfig
-from extender.decide import Decider
+from extender.decide import RETRY, Decider, feasible_nodes_to_find
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
 from extender.model import Usage
 from extender.view import ClusterView
@@ -393,3 +393,42 @@ def test_a_gang_member_asked_about_before_the_watch_delivers_it_keeps_its_gangs_
     delivered = gang_view({"r": 3}, [first])
     passing, failed, _ = decider.filter(delivered, single, names, now=SOON_AFTER)
     assert len(failed) == 2, "and stay held once the watch has the member"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "percentage", "expected"),
+    [(50, 0, 50), (200, 0, 100), (500, 0, 230), (5000, 0, 500), (20000, 0, 1000), (1000, 30, 300), (1000, 100, 1000)],
+)
+def test_the_scheduler_stops_looking_after_as_many_feasible_nodes_as_it_does(
+    nodes: int, percentage: int, expected: int
+) -> None:
+    assert feasible_nodes_to_find(nodes, percentage) == expected
+
+
+def test_a_member_is_not_admitted_while_the_scheduler_has_no_room_where_its_gang_is_planned() -> None:
+    """The scheduler counts allocations its watch-fed cache assumed a moment ago; the extender
+    sees them later. A planned node the scheduler no longer offers, where the extender's view says
+    the member fits, means its view is behind: the member waits (retry) rather than start a gang
+    that may not fit whole. With every planned node offered it is admitted as usual."""
+    members = [member("g-0", "g", 2), member("g-1", "g", 2)]
+    cluster = gang_view({"r": 3}, members)
+    decider = Decider(ExtenderConfig())
+    passing, _, path = decider.filter(cluster, members[0], sorted(cluster.nodes), now=SOON_AFTER)
+    assert path == "gang" and len(passing) == 2
+    offered = [name for name in sorted(cluster.nodes) if name != passing[0]]
+    passing_now, failed, path = decider.filter(cluster, members[0], offered, now=SOON_AFTER)
+    assert (passing_now, path) == ([], RETRY)
+    assert f"planned onto {passing[0]}, where the scheduler finds no room" in failed[offered[0]]
+
+
+def test_a_gang_pod_asked_about_long_after_its_creation_and_absent_from_the_view_holds_nothing() -> None:
+    """The scheduler can still ask about a pod the watch has seen deleted: it is not counted, so a
+    deleted gang holds no capacity for the pods asked about after it."""
+    cluster = gang_view({"r": 3}, [])
+    names = sorted(cluster.nodes)
+    decider = Decider(ExtenderConfig())
+    later = SOON_AFTER + 3600
+    decider.filter(cluster, member("g-0", "g", 2), names, now=later)
+    decider.plan(cluster, None, later)
+    single = pod("single", template="one", created=CREATED)
+    assert decider.filter(cluster, single, names, now=later) == (names, {}, "pass")
