@@ -139,6 +139,10 @@ class Decider:
         self._unwatched: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}  # pod, created (unix s)
         self._unwatched_version = 0
         self._unwatched_at = -1  # the view version the journal was last read up to for them
+        # Gang members admitted (answered with their planned nodes) and not shown placed yet, by
+        # pod: their gang, when (monotonic). A planned node the scheduler no longer offers may be
+        # taken by one of them, not by a pod outside the gang.
+        self._admitted: dict[tuple[str, str], tuple[str, float]] = {}
         # Hold clocks of the gangs in the last plan (expired holds wait for a change to hold again).
         self._clocks: dict[str, HoldClock] = {}
         # What was last logged per gang in the last plan, so a plan is logged when it changes.
@@ -541,7 +545,7 @@ class Decider:
         if not slots:  # nothing left to hold (e.g. all members bound): no restriction
             return names, {}, "gang"
         gone = self._taken_since(view, demand, slots, names)
-        if gone:
+        if len(gone) > self._in_flight(ref.key, _key(pod), view):
             self.refresh_wanted.set()
             reason = (
                 f"gang {ref.key} is planned onto {', '.join(gone)}, where the scheduler finds no room for this "
@@ -551,14 +555,30 @@ class Decider:
             return [], dict.fromkeys(names, reason), RETRY
         planned = sorted(slots)
         passing = [name for name in names if name in slots]
+        if passing:
+            with self._lock:
+                self._admitted[_key(pod)] = (ref.key, time.monotonic())
         reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
         return passing, {name: reason for name in names if name not in slots}, "gang"
+
+    def _in_flight(self, gang: str, asking: tuple[str, str], view: ClusterView) -> int:
+        """Other members of `gang` admitted lately that the view does not show placed yet: the
+        scheduler may have taken a planned node for each of them already."""
+        now = time.monotonic()
+        with self._lock:
+            self._admitted = {
+                key: (owner, at)
+                for key, (owner, at) in self._admitted.items()
+                if now - at <= self.UNWATCHED_SECONDS and not (key in view.pods and self.node_of(view, view.pods[key]))
+            }
+            return sum(1 for key, (owner, _) in self._admitted.items() if owner == gang and key != asking)
 
     def _taken_since(self, view: ClusterView, demand: Demand, slots: Mapping[str, int], names: list[str]) -> list[str]:
         """Planned nodes the scheduler no longer offers although the extender's view says this pod
         fits there: the scheduler counts allocations it has made but the watches have not shown yet
-        (pods placed a moment ago). Admitting a member then could strand it half a gang. Only when
-        the offer is every feasible node the scheduler found, not a sample of a large cluster."""
+        (pods placed a moment ago). More of them than the gang's own members in flight means a pod
+        outside the gang took one: admitting a member then could strand half a gang. Only when the
+        offer is every feasible node the scheduler found, not a sample of a large cluster."""
         if len(names) >= feasible_nodes_to_find(len(view.nodes), self.config.percentage_of_nodes_to_score):
             return []
         offered = set(names)
