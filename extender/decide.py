@@ -18,7 +18,7 @@ from extender.cel_eval import Selectors
 from extender.config import ExtenderConfig
 from extender.demand import Demand, allocated_node, demand_of
 from extender.eligibility import ANY_NODE, PlacedPods
-from extender.gang import GangRef, gang_of, may_belong_to_gang
+from extender.gang import NATIVE, GangRef, gang_of, may_belong_to_gang
 from extender.lru import LruCache
 from extender.model import Node, Usage
 from extender.planner import ClusterPlan, Gang, HoldClock, Limits, Member, Plan, PlanMemo, plan_cluster
@@ -544,7 +544,9 @@ class Decider:
         slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
         if not slots:  # nothing left to hold (e.g. all members bound): no restriction
             return names, {}, "gang"
-        gone = self._taken_since(view, demand, slots, names)
+        # kube-scheduler places a native PodGroup whole in one cycle against its own cache: the lag
+        # of the extender's watches cannot split it, and a retry would only send the group to backoff.
+        gone = [] if ref.source == NATIVE else self._taken_since(view, demand, slots, names)
         if len(gone) > self._in_flight(ref.key, _key(pod), view):
             self.refresh_wanted.set()
             reason = (
