@@ -10,7 +10,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
 from extender.capacity import Matcher, place
@@ -19,6 +18,7 @@ from extender.config import ExtenderConfig
 from extender.demand import Demand, allocated_node, demand_of
 from extender.eligibility import ANY_NODE, PlacedPods
 from extender.gang import NATIVE, GangRef, gang_of, may_belong_to_gang
+from extender.lag import InFlight, Unwatched, complete_offer, timestamp
 from extender.lru import LruCache
 from extender.model import Node, Usage
 from extender.planner import ClusterPlan, Gang, HoldClock, Limits, Member, Plan, PlanMemo, plan_cluster
@@ -32,18 +32,12 @@ plan_log = logging.getLogger("extender.plan")
 # a short backoff, instead of a rejection, which parks the pod until some cluster event (up to
 # 5 minutes when none comes).
 RETRY = "retry"
-MIN_FEASIBLE_NODES_TO_FIND = 100  # kube-scheduler's minFeasibleNodesToFind
-MIN_FEASIBLE_NODES_PERCENTAGE = 5  # and minFeasibleNodesPercentageToFind
-
-
-def _timestamp(text: str | None) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else time.time()
 
 
 def _bound_at(pod: dict[str, Any]) -> float | None:
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
-            return _timestamp(condition.get("lastTransitionTime"))
+            return timestamp(condition.get("lastTransitionTime"))
     return None
 
 
@@ -63,16 +57,6 @@ def _body(view: ClusterView, pod: dict[str, Any]) -> str | None:
         if same_version or known == pod:
             return None
     return hashlib.sha256(json.dumps(pod, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def feasible_nodes_to_find(all_nodes: int, percentage: int = 0) -> int:
-    """How many feasible nodes kube-scheduler looks for before it stops and asks the extenders
-    (schedule_one.go numFeasibleNodesToFind): every node below 100, else a share of them."""
-    if all_nodes < MIN_FEASIBLE_NODES_TO_FIND or percentage >= 100:
-        return all_nodes
-    if percentage <= 0:
-        percentage = max(50 - all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE)
-    return max(all_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
 
 
 def _held_nodes(
@@ -117,8 +101,6 @@ class Decider:
     MEMBER_CACHE_MIN = 4096
     SCORE_DEMANDS = 16  # demands whose node scores are remembered, at most
     FIT_CACHE_MAX = 1_000_000  # node fits remembered across plans, at most
-    UNWATCHED_SECONDS = 30.0  # a gang pod asked about is counted this long after its creation at most
-    UNWATCHED_MAX = 1024
 
     def __init__(self, config: ExtenderConfig) -> None:
         self.config = config
@@ -133,16 +115,9 @@ class Decider:
         self._lock = threading.Lock()
         # Set when an answer came from a plan older than its view: wakes `keep_fresh`.
         self.refresh_wanted = threading.Event()
-        # Gang pods asked about before the watches delivered them: every plan counts them until the
-        # watch does, so a pod asked about next cannot take what their gang was just planned (and
-        # admitted) onto. Bumps `_unwatched_version` on every change.
-        self._unwatched: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}  # pod, created (unix s)
-        self._unwatched_version = 0
-        self._unwatched_at = -1  # the view version the journal was last read up to for them
-        # Gang members admitted (answered with their planned nodes) and not shown placed yet, by
-        # pod: their gang, when (monotonic). A planned node the scheduler no longer offers may be
-        # taken by one of them, not by a pod outside the gang.
-        self._admitted: dict[tuple[str, str], tuple[str, float]] = {}
+        # What the scheduler knows before the watches do (see extender.lag).
+        self._unwatched = Unwatched()
+        self._in_flight = InFlight()
         # Hold clocks of the gangs in the last plan (expired holds wait for a change to hold again).
         self._clocks: dict[str, HoldClock] = {}
         # What was last logged per gang in the last plan, so a plan is logged when it changes.
@@ -205,42 +180,11 @@ class Decider:
         the pod being asked about in its place, even if the watch has not delivered it yet."""
         keys = view.gang_pods if view.gang_pods is not None else tuple(view.pods)
         pods = {key: view.pods[key] for key in keys if key in view.pods}
-        with self._lock:
-            unwatched = [pod for key, (pod, _) in self._unwatched.items() if key not in view.pods]
-        for pod in unwatched:
+        for pod in self._unwatched.pods(view):
             pods[_key(pod)] = pod
         if extra is not None:
             pods[_key(extra)] = extra
         return list(pods.values())
-
-    def _note_unwatched(self, view: ClusterView, extra: dict[str, Any] | None, now: float) -> int:
-        """Remember `extra` while the view lacks it, if it was created moments ago (one created
-        earlier and absent has been deleted: the scheduler can still ask about a pod it is
-        dropping); forget what the view now has, what the journal saw come and go, and what is
-        older than UNWATCHED_SECONDS. Returns the version of what is remembered."""
-        changes = view.changes(self._unwatched_at) if self._unwatched_at >= 0 else None
-        with self._lock:
-            self._unwatched_at = max(self._unwatched_at, view.version)
-            kept = {
-                key: entry
-                for key, entry in self._unwatched.items()
-                if key not in view.pods
-                and (changes is None or ("pods", key) not in changes)
-                and now - entry[1] <= self.UNWATCHED_SECONDS
-            }
-            changed = len(kept) != len(self._unwatched)
-            self._unwatched = kept
-            created = _timestamp(extra["metadata"].get("creationTimestamp")) if extra is not None else 0.0
-            if extra is not None and _key(extra) not in view.pods and now - created <= self.UNWATCHED_SECONDS:
-                known = self._unwatched.get(_key(extra))
-                if known is None or known[0] != extra:
-                    if len(self._unwatched) >= self.UNWATCHED_MAX:
-                        self._unwatched.pop(next(iter(self._unwatched)))
-                    self._unwatched[_key(extra)] = (extra, created)
-                    changed = True
-            if changed:
-                self._unwatched_version += 1
-            return self._unwatched_version
 
     def _member(
         self, view: ClusterView, pod: dict[str, Any], context: tuple[object, ...]
@@ -273,7 +217,7 @@ class Decider:
                 pod=f"{namespace}/{pod['metadata']['name']}",
                 node=self.node_of(view, pod),
                 demand=self.demand(view, pod, include_allocated=True),
-                created=_timestamp(pod["metadata"].get("creationTimestamp")),
+                created=timestamp(pod["metadata"].get("creationTimestamp")),
                 bound_at=_bound_at(pod),
                 spec=pod.get("spec") or {},
                 done=(pod.get("status") or {}).get("phase") == "Succeeded",
@@ -364,7 +308,7 @@ class Decider:
         join a gang is planned with its gang even before the watches deliver it; any other pod
         changes no gang's plan, so it is left out (and one plan answers every such pod)."""
         extra = pod if pod is not None and may_belong_to_gang(pod) else None
-        unwatched = self._note_unwatched(view, extra, now)
+        unwatched = self._unwatched.note(view, extra, now)
         cache_key = (view.version, None if extra is None else _body(view, extra), unwatched)
         with self._lock:
             cached = self._plan_cache
@@ -439,7 +383,7 @@ class Decider:
         if cached is None or limit <= 0 or now >= cached[1].valid_until or time.monotonic() - cached[2] > limit:
             return self.plan(view, None, now), False
         version, _, unwatched = cached[0]
-        if unwatched != self._note_unwatched(view, None, now):
+        if unwatched != self._unwatched.note(view, None, now):
             return self.plan(view, None, now), False
         if version == view.version:
             return cached[1], False
@@ -547,7 +491,7 @@ class Decider:
         # kube-scheduler places a native PodGroup whole in one cycle against its own cache: the lag
         # of the extender's watches cannot split it, and a retry would only send the group to backoff.
         gone = [] if ref.source == NATIVE else self._taken_since(view, demand, slots, names)
-        if len(gone) > self._in_flight(ref.key, _key(pod), view):
+        if len(gone) > self._in_flight.others(ref.key, _key(pod), lambda key: self._is_placed(view, key)):
             self.refresh_wanted.set()
             reason = (
                 f"gang {ref.key} is planned onto {', '.join(gone)}, where the scheduler finds no room for this "
@@ -558,22 +502,12 @@ class Decider:
         planned = sorted(slots)
         passing = [name for name in names if name in slots]
         if passing:
-            with self._lock:
-                self._admitted[_key(pod)] = (ref.key, time.monotonic())
+            self._in_flight.admit(_key(pod), ref.key)
         reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
         return passing, {name: reason for name in names if name not in slots}, "gang"
 
-    def _in_flight(self, gang: str, asking: tuple[str, str], view: ClusterView) -> int:
-        """Other members of `gang` admitted lately that the view does not show placed yet: the
-        scheduler may have taken a planned node for each of them already."""
-        now = time.monotonic()
-        with self._lock:
-            self._admitted = {
-                key: (owner, at)
-                for key, (owner, at) in self._admitted.items()
-                if now - at <= self.UNWATCHED_SECONDS and not (key in view.pods and self.node_of(view, view.pods[key]))
-            }
-            return sum(1 for key, (owner, _) in self._admitted.items() if owner == gang and key != asking)
+    def _is_placed(self, view: ClusterView, key: tuple[str, str]) -> bool:
+        return key in view.pods and self.node_of(view, view.pods[key]) is not None
 
     def _taken_since(self, view: ClusterView, demand: Demand, slots: Mapping[str, int], names: list[str]) -> list[str]:
         """Planned nodes the scheduler no longer offers although the extender's view says this pod
@@ -581,7 +515,7 @@ class Decider:
         (pods placed a moment ago). More of them than the gang's own members in flight means a pod
         outside the gang took one: admitting a member then could strand half a gang. Only when the
         offer is every feasible node the scheduler found, not a sample of a large cluster."""
-        if len(names) >= feasible_nodes_to_find(len(view.nodes), self.config.percentage_of_nodes_to_score):
+        if not complete_offer(len(names), len(view.nodes), self.config.percentage_of_nodes_to_score):
             return []
         offered = set(names)
         return sorted(
