@@ -8,7 +8,6 @@ off the kubelet's call path; the claim's RBAC is the fine-grained one (`resource
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -18,13 +17,13 @@ from kubernetes import client
 from urllib3.exceptions import HTTPError
 
 from dra_driver import DRIVER_NAME
+from dra_driver.background import BackgroundQueue
 from dra_driver.cdi_edits import ClaimDevice, limits
 from dra_driver.prepare import ClaimRef
 from dra_driver.published import DeviceKind
 from kube.resources import RESOURCE_CLAIMS
 
 log = logging.getLogger(__name__)
-MAX_QUEUED = 256  # reports waiting to be applied; more are dropped (and logged) rather than block prepare
 READY = "Ready"
 
 StatusApplier = Callable[[ClaimRef, list[dict[str, Any]]], None]  # (claim, this node's device entries)
@@ -95,34 +94,26 @@ class DeviceStatusReports:
     def __init__(self, apply: StatusApplier, node_name: str) -> None:
         self.apply = apply
         self.node_name = node_name
-        self._queue: queue.Queue[tuple[ClaimRef, list[dict[str, Any]]]] = queue.Queue(MAX_QUEUED)
-
-    def _put(self, ref: ClaimRef, entries: list[dict[str, Any]]) -> None:
-        try:
-            self._queue.put_nowait((ref, entries))
-        except queue.Full:
-            log.warning("device status queue full: not reporting on claim %s", ref)
+        self._queue: BackgroundQueue[tuple[ClaimRef, list[dict[str, Any]]]] = BackgroundQueue(self._report, 0.2)
 
     def prepared(self, ref: ClaimRef, devices: list[ClaimDevice]) -> None:
-        self._put(ref, device_entries(devices, self.node_name))
+        self._queue.offer((ref, device_entries(devices, self.node_name)), f"device status of claim {ref} not reported")
 
     def unprepared(self, ref: ClaimRef) -> None:
-        self._put(ref, [])
+        self._queue.offer((ref, []), f"device status of claim {ref} not cleared")
 
     def drain(self) -> None:
-        while True:
-            try:
-                ref, entries = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                self.apply(ref, entries)
-            except client.ApiException as error:
-                if error.status not in (404, 409):  # deleted, or re-created with another UID
-                    log.warning("reporting device status on claim %s failed: %s %s", ref, error.status, error.reason)
-            except HTTPError as error:
-                log.warning("reporting device status on claim %s failed: %s", ref, error)
+        self._queue.drain()
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(0.2):
-            self.drain()
+        self._queue.run(stop)
+
+    def _report(self, item: tuple[ClaimRef, list[dict[str, Any]]]) -> None:
+        ref, entries = item
+        try:
+            self.apply(ref, entries)
+        except client.ApiException as error:
+            if error.status not in (404, 409):  # deleted, or re-created with another UID
+                log.warning("reporting device status on claim %s failed: %s %s", ref, error.status, error.reason)
+        except HTTPError as error:
+            log.warning("reporting device status on claim %s failed: %s", ref, error)

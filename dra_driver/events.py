@@ -5,7 +5,6 @@ kubelet's retry loop does not flood the API, and posted off the kubelet's call p
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import OrderedDict
@@ -17,6 +16,7 @@ from kubernetes import client
 from urllib3.exceptions import HTTPError
 
 from dra_driver import DRIVER_NAME
+from dra_driver.background import BackgroundQueue
 from dra_driver.errors import PrepareError
 from dra_driver.prepare import ClaimRef
 from kube.resources import RESOURCE_CLAIMS
@@ -24,7 +24,6 @@ from kube.resources import RESOURCE_CLAIMS
 log = logging.getLogger(__name__)
 REPEAT_AFTER_S = 600.0  # the same failure of the same claim is reported again after this long
 MAX_REMEMBERED = 1024  # failures remembered for deduplication; the oldest is forgotten first
-MAX_QUEUED = 256  # events waiting to be posted; more are dropped (and logged) rather than block prepare
 MAX_MESSAGE = 1024
 COMPONENT = f"{DRIVER_NAME}/kubelet-plugin"
 
@@ -94,7 +93,7 @@ class FailureEvents:
         self.repeat_after_s = repeat_after_s
         self._reported: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._guard = threading.Lock()
-        self._queue: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(MAX_QUEUED)
+        self._queue: BackgroundQueue[tuple[str, dict[str, Any]]] = BackgroundQueue(self._post, 0.5)
 
     def _first_in_a_while(self, key: tuple[str, str, str]) -> bool:
         now = self.clock()
@@ -112,25 +111,22 @@ class FailureEvents:
         if not self._first_in_a_while((ref.uid, error.reason, str(error))):
             return
         for involved in involved_objects(ref.namespace, ref.name, ref.uid, error.reserved_for):
-            try:
-                self._queue.put_nowait(
-                    (ref.namespace, warning_event(involved, error.reason, str(error), self.node_name))
-                )
-            except queue.Full:
-                log.warning("event queue full: not reporting %s on %s %s", error.reason, involved["kind"], ref)
+            self._queue.offer(
+                (ref.namespace, warning_event(involved, error.reason, str(error), self.node_name)),
+                f"event {error.reason} on {involved['kind']} {ref} not posted",
+            )
 
     def drain(self) -> None:
-        """Post every queued event; a failed post is logged, not retried (the failure repeats)."""
-        while True:
-            try:
-                namespace, body = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                self.post(namespace, body)
-            except (client.ApiException, HTTPError) as error:
-                log.warning("posting event %s on %s failed: %s", body["reason"], body["involvedObject"]["name"], error)
+        """Post every queued event."""
+        self._queue.drain()
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(0.5):
-            self.drain()
+        self._queue.run(stop)
+
+    def _post(self, item: tuple[str, dict[str, Any]]) -> None:
+        """A failed post is logged, not retried (the failure repeats)."""
+        namespace, body = item
+        try:
+            self.post(namespace, body)
+        except (client.ApiException, HTTPError) as error:
+            log.warning("posting event %s on %s failed: %s", body["reason"], body["involvedObject"]["name"], error)

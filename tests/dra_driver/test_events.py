@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from dra_driver.background import MAX_QUEUED
 from dra_driver.errors import PrepareError
-from dra_driver.events import MAX_QUEUED, MAX_REMEMBERED, FailureEvents
+from dra_driver.events import MAX_REMEMBERED, FailureEvents
 from dra_driver.prepare import ClaimRef
 
 

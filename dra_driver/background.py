@@ -1,0 +1,43 @@
+"""Work the kubelet must not wait for (Node events, claim status reports): queued without
+blocking, dropped with a warning when the queue is full, done on a thread of its own."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_QUEUED = 256  # items waiting; more are dropped (and logged) rather than block prepare
+
+
+class BackgroundQueue(Generic[T]):
+    """`offer` never blocks; `drain` does `work` on everything queued; `run` drains every
+    `period_s` until stopped. `work` handles its own failures: one item never stops the rest."""
+
+    def __init__(self, work: Callable[[T], None], period_s: float) -> None:
+        self.work = work
+        self.period_s = period_s
+        self._queue: queue.Queue[T] = queue.Queue(MAX_QUEUED)
+
+    def offer(self, item: T, dropped: str) -> None:
+        """Queue `item`; when full, log `dropped` (what is not done) instead."""
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            log.warning("%s: queue full", dropped)
+
+    def drain(self) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self.work(item)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.period_s):
+            self.drain()
