@@ -491,7 +491,7 @@ class Decider:
         # kube-scheduler places a native PodGroup whole in one cycle against its own cache: the lag
         # of the extender's watches cannot split it, and a retry would only send the group to backoff.
         gone = [] if ref.source == NATIVE else self._taken_since(view, demand, slots, names)
-        if len(gone) > self._in_flight.others(ref.key, _key(pod), lambda key: self._is_placed(view, key)):
+        if gone and len(gone) > self._in_flight.others(ref.key, _key(pod), lambda key: self._is_placed(view, key)):
             self.refresh_wanted.set()
             reason = (
                 f"gang {ref.key} is planned onto {', '.join(gone)}, where the scheduler finds no room for this "
@@ -544,7 +544,7 @@ class Decider:
     def prioritize(self, view: ClusterView, pod: dict[str, Any], names: list[str]) -> dict[str, int]:
         demand = self.demand(view, pod)
         if not demand.requests:
-            return dict.fromkeys(names, 0)
+            return {}  # no preference: an unlisted host scores 0 (see wire.encode_priorities)
         # A gang member is scored on real usage: the capacity held for its own gang is meant for it.
         usage = view.usage if self.gang(view, pod) else self.held_plan(view, time.time())[0].held
         known = self._scores.get(demand)
