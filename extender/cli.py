@@ -29,7 +29,8 @@ from extender.app import Limits, create_app, create_probe_app
 from extender.config import ConfigError, load_config
 from extender.decide import Decider
 from extender.health import Watchdog
-from extender.state import ClusterState, run_informer
+from extender.informer import run_informer
+from extender.state import ClusterState
 from kube.client import api_client
 
 log = logging.getLogger(__name__)

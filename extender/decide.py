@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import logging
@@ -18,6 +17,7 @@ from extender.config import ExtenderConfig
 from extender.demand import Demand, allocated_node, demand_of
 from extender.eligibility import ANY_NODE, PlacedPods
 from extender.gang import NATIVE, GangRef, gang_of, may_belong_to_gang
+from extender.heap import freeze_survivors
 from extender.lag import InFlight, Unwatched, complete_offer, timestamp
 from extender.lru import LruCache
 from extender.model import Node, Usage
@@ -358,7 +358,7 @@ class Decider:
             # A plan from scratch (after the LIST, a restart) leaves hundreds of thousands of
             # objects (members, fits, plans) that later plans reuse: a full collection walking them
             # stalled a call for ~270 ms at 5,000 nodes. They are acyclic; refcounting frees them.
-            gc.freeze()
+            freeze_survivors()
         with self._lock:
             if self._newer(view.version):  # a slower plan of an older view does not replace a newer one
                 self._plan_cache = (cache_key, result, time.monotonic())

@@ -12,65 +12,23 @@ models and usages changed between two versions, so readers look at those instead
 
 from __future__ import annotations
 
-import gc
-import json
 import logging
 import threading
 from bisect import bisect_right
 from collections import defaultdict
 from typing import Any
 
-from kubernetes import client, watch
-
 from extender.gang import JobSetShape, NativeGroup, may_belong_to_gang
+from extender.heap import freeze_survivors
 from extender.model import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
-from kube.resources import (
-    COSCHEDULING_POD_GROUPS,
-    DEVICE_CLASSES,
-    JOBSETS,
-    NATIVE_POD_GROUPS,
-    NATIVE_POD_GROUPS_V1ALPHA2,
-    RESOURCE_CLAIM_TEMPLATES,
-    RESOURCE_CLAIMS,
-    RESOURCE_SLICES,
-    Resource,
-)
 
 log = logging.getLogger(__name__)
-# Custom resources are listed through `CustomObjectsApi`; built-in kinds through their typed APIs.
-# Kinds are named by plural, except the native PodGroups (same plural as scheduler-plugins' ones).
-CUSTOM_RESOURCES: dict[str, Resource] = {
-    **{
-        r.plural: r
-        for r in (
-            RESOURCE_SLICES,
-            RESOURCE_CLAIMS,
-            RESOURCE_CLAIM_TEMPLATES,
-            DEVICE_CLASSES,
-            COSCHEDULING_POD_GROUPS,
-            JOBSETS,
-        )
-    },
-    "nativepodgroups": NATIVE_POD_GROUPS,
-    "nativepodgroups-v1alpha2": NATIVE_POD_GROUPS_V1ALPHA2,
-}
 NATIVE_KINDS = ("nativepodgroups", "nativepodgroups-v1alpha2")
-# What an optional kind's absence means, said once in the log when the API stops serving it.
-ABSENT_MEANS = {
-    "podgroups": "pods labelled scheduling.x-k8s.io/pod-group are gangs of unknown size until it is",
-    "jobsets": "JobSet pods wait to be planned until it is",
-    "nativepodgroups": (
-        "pods' spec.schedulingGroup is not read as a gang (Kubernetes native gang scheduling needs the "
-        "GenericWorkload feature gate and scheduling.k8s.io/v1beta1 in --runtime-config)"
-    ),
-    "nativepodgroups-v1alpha2": "Kubernetes 1.36's native PodGroups are not read (1.37 serves v1beta1 instead)",
-}
 Key = tuple[str, str]
 Change = tuple[str, Key]  # (kind, key); node models are kind "node" and usage "usage", key ("", node name)
 JOURNALED = frozenset({"pods", "resourceclaims", "resourceclaimtemplates"})
 SNAPSHOT_KINDS = ("pods", "resourceclaims", "resourceclaimtemplates")
-OPTIONAL_KIND_RETRY_S = 5.0  # a JobSet created right after its CRD waits at most this long
 
 
 def _key(obj: dict[str, Any]) -> Key:
@@ -187,7 +145,7 @@ class ClusterState:
             if not self.missing():
                 # The listed objects live as long as the state: the cyclic collector need not walk
                 # them again (a full collection over them stalls a call for up to a second).
-                gc.freeze()
+                freeze_survivors()
 
     def absent(self, kind: str) -> bool:
         """The API does not serve optional `kind` (its CRD is not installed, its feature gate is
@@ -211,7 +169,7 @@ class ClusterState:
                 # Objects from watch events live until replaced, like the listed ones: a full
                 # collection walking all of them stalled a call for up to 280 ms at 5,000 nodes.
                 # Freezing is a list splice; only cycles made in the last moments could be kept.
-                gc.freeze()
+                freeze_survivors()
                 self._since_freeze = 0
 
     def _pools(self, claim: dict[str, Any]) -> set[str]:
@@ -374,46 +332,3 @@ class ClusterState:
                 changes=lambda since: self.changes(since, version),
             )
             return self._view
-
-
-def _lister(api: client.ApiClient, kind: str) -> Any:
-    core = client.CoreV1Api(api)
-    if kind == "nodes":
-        return core.list_node
-    if kind == "pods":
-        return core.list_pod_for_all_namespaces
-    return CUSTOM_RESOURCES[kind].lister(api)
-
-
-def _say_absent(kind: str, status: int) -> None:
-    """Once per absence: which API is missing and what the extender does without it."""
-    resource = CUSTOM_RESOURCES[kind]
-    why = "not served" if status == 404 else "not readable with the extender's RBAC (403)"
-    log.info("%s %s/%s is %s: %s", resource.kind, resource.api_version, resource.plural, why, ABSENT_MEANS[kind])
-
-
-def run_informer(api: client.ApiClient, state: ClusterState, kind: str, stop: threading.Event) -> None:
-    """List, then watch from that resourceVersion; re-list on any error (e.g. 410 Gone, API restart)."""
-    lister = _lister(api, kind)
-    while not stop.is_set():
-        try:
-            response = lister(_preload_content=False)
-            listing = json.loads(response.data)
-            state.replace(kind, listing.get("items") or [])
-            version = listing["metadata"].get("resourceVersion")
-            for event in watch.Watch().stream(lister, resource_version=version, timeout_seconds=300):
-                if stop.is_set():
-                    return
-                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                    state.apply(event["type"], kind, event["raw_object"])
-        except client.ApiException as error:
-            if error.status in (403, 404) and kind in ClusterState.OPTIONAL_KINDS:
-                if state.absent(kind):
-                    _say_absent(kind, error.status)
-                stop.wait(OPTIONAL_KIND_RETRY_S)  # the CRD may be installed after the extender starts
-                continue
-            log.warning("%s watch: %s %s; re-listing", kind, error.status, error.reason)
-            stop.wait(1)
-        except Exception as error:  # noqa: BLE001 - API restarts and dropped connections: re-list
-            log.warning("%s watch interrupted: %s; re-listing", kind, error)
-            stop.wait(1)

@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-from extender.state import CUSTOM_RESOURCES, ClusterState
+from extender.informer import CUSTOM_RESOURCES
+from extender.state import ClusterState
 
 REPO = Path(__file__).resolve().parents[2]
 BUILT_IN = {"pods": "", "nodes": ""}  # kinds listed through the typed core API
