@@ -32,6 +32,7 @@ from extender.wire import ExtenderArgs, MalformedBodyError, encode_priorities, f
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Filtered = tuple[list[str], dict[str, str], str]  # passing nodes, failed nodes with reasons, path
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,33 @@ class _Handler:
             return parse_args(b"".join(chunks))
         except MalformedBodyError as error:
             return _refuse(verb, 400, str(error))
+
+    async def call(
+        self,
+        request: Request,
+        verb: str,
+        decide: Callable[[ExtenderArgs, list[str]], T],
+        answer: Callable[[ExtenderArgs, list[str], T | None], tuple[bytes, str]],
+    ) -> Response:
+        """One call of `verb`, timed and counted by the path it took: the body read and parsed
+        under the limits, then answered at once on the fast path (`answer` given no decision) or
+        from what `decide` found on a planning worker."""
+        started = time.perf_counter()
+        with self.watchdog.tracking():
+            args = await self.args(request, verb)
+            if isinstance(args, JSONResponse):
+                return args
+            names = args.node_names()
+            decided: T | None = None
+            if _needs_planning(args.Pod):
+                planned = await self.plan(verb, lambda: decide(args, names))
+                if isinstance(planned, JSONResponse):
+                    return planned
+                decided = planned
+            body, path = answer(args, names, decided)
+        metrics.REQUESTS.labels(verb, path).inc()
+        metrics.SECONDS.labels(verb).observe(time.perf_counter() - started)
+        return Response(body, media_type="application/json")
 
     async def plan(self, verb: str, work: Callable[[], T]) -> T | JSONResponse:
         """`work` on a planning worker; a full queue answers 503 at once (the scheduler retries)
@@ -156,43 +184,27 @@ def create_app(
     app = FastAPI(title="nativedra scheduler extender", docs_url=None, redoc_url=None, lifespan=background_planner)
     handler = _Handler(state, limits, watchdog or Watchdog(limits.stuck_after_seconds))
 
-    async def filter_nodes(request: Request) -> Response:
-        started = time.perf_counter()
-        with handler.watchdog.tracking():
-            args = await handler.args(request, "filter")
-            if isinstance(args, JSONResponse):
-                return args
-            names = args.node_names()
-            if not _needs_planning(args.Pod):
-                passing, failed, path = names, dict[str, str](), "fast"
-            else:
-                decided = await handler.plan("filter", lambda: decider.filter(state.view(), args.Pod, names))
-                if isinstance(decided, JSONResponse):
-                    return decided
-                passing, failed, path = decided
-        metrics.REQUESTS.labels("filter", path).inc()
+    def filter_answer(args: ExtenderArgs, names: list[str], decided: Filtered | None) -> tuple[bytes, str]:
+        passing, failed, path = decided if decided is not None else (names, {}, "fast")
         metrics.REJECTED_NODES.labels(path).inc(len(failed))
-        metrics.SECONDS.labels("filter").observe(time.perf_counter() - started)
         error = next(iter(failed.values()), "") if path == RETRY else ""
-        return Response(filter_result(args, passing, {} if error else failed, error), media_type="application/json")
+        return filter_result(args, passing, {} if error else failed, error), path
+
+    def prioritize_answer(_args: ExtenderArgs, _names: list[str], scores: dict[str, int] | None) -> tuple[bytes, str]:
+        return encode_priorities(scores or {}), "fast" if scores is None else "scored"
+
+    async def filter_nodes(request: Request) -> Response:
+        return await handler.call(
+            request, "filter", lambda args, names: decider.filter(state.view(), args.Pod, names), filter_answer
+        )
 
     async def prioritize(request: Request) -> Response:
-        started = time.perf_counter()
-        with handler.watchdog.tracking():
-            args = await handler.args(request, "prioritize")
-            if isinstance(args, JSONResponse):
-                return args
-            names = args.node_names()
-            scores: dict[str, int] = {}
-            path = "fast"
-            if _needs_planning(args.Pod):
-                scored = await handler.plan("prioritize", lambda: decider.prioritize(state.view(), args.Pod, names))
-                if isinstance(scored, JSONResponse):
-                    return scored
-                scores, path = scored, "scored"
-        metrics.REQUESTS.labels("prioritize", path).inc()
-        metrics.SECONDS.labels("prioritize").observe(time.perf_counter() - started)
-        return Response(encode_priorities(scores), media_type="application/json")
+        return await handler.call(
+            request,
+            "prioritize",
+            lambda args, names: decider.prioritize(state.view(), args.Pod, names),
+            prioritize_answer,
+        )
 
     # Plain Starlette routes: the handlers read and answer raw bodies, so FastAPI's parameter
     # layer would only add its cost to every scheduling cycle.

@@ -21,6 +21,9 @@ MIN_FEASIBLE_NODES_TO_FIND = 100  # kube-scheduler's minFeasibleNodesToFind
 MIN_FEASIBLE_NODES_PERCENTAGE = 5  # and minFeasibleNodesPercentageToFind
 LAG_SECONDS = 30.0  # a record outlives the watches' lag by far, and no longer
 UNWATCHED_MAX = 1024
+# Members admitted within LAG_SECONDS: the scheduler admits far fewer (tens of pods a second); the
+# oldest go first past this, so no stream of admissions grows memory.
+IN_FLIGHT_MAX = 4096
 
 
 def pod_key(pod: dict[str, Any]) -> Key:
@@ -105,6 +108,9 @@ class InFlight:
 
     def admit(self, pod: Key, gang: str) -> None:
         with self._lock:
+            self._admitted.pop(pod, None)  # re-admitted: now the newest
+            if len(self._admitted) >= IN_FLIGHT_MAX:
+                self._admitted.pop(next(iter(self._admitted)))
             self._admitted[pod] = (gang, time.monotonic())
 
     def others(self, gang: str, asking: Key, placed: Callable[[Key], bool]) -> int:
