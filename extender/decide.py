@@ -21,7 +21,9 @@ from extender.heap import freeze_survivors
 from extender.lag import InFlight, Unwatched, complete_offer, timestamp
 from extender.lru import LruCache
 from extender.model import Node, Usage
-from extender.planner import ClusterPlan, Gang, HoldClock, Limits, Member, Plan, PlanMemo, plan_cluster
+from extender.plan_memo import PlanMemo
+from extender.plan_model import Gang, HoldClock, Limits, Member, Plan
+from extender.planner import ClusterPlan, plan_cluster
 from extender.scoring import score
 from extender.view import ClusterView
 from kube.pods import pod_claim_names

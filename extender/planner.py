@@ -22,153 +22,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from extender.capacity import Matcher, members_fit, most_members
 from extender.demand import Demand
-from extender.eligibility import ANY_NODE, PodAffinity, eligible
 from extender.gang import GangRef, Part
 from extender.model import Node, Usage
-
-ANYWHERE = "the cluster"
-
-
-@dataclass(frozen=True)
-class Member:
-    pod: str  # namespace/name
-    node: str | None  # node it is bound to, or its claim is allocated on (placed)
-    demand: Demand
-    created: float  # unix seconds
-    bound_at: float | None = None
-    spec: dict[str, Any] = field(default_factory=dict, compare=False)  # for node eligibility
-    done: bool = False  # Succeeded: it needs no capacity any more, and holds no domain
-    part: str = ""  # the gang part (a JobSet's Job) it belongs to
-    affinity: PodAffinity = field(default=ANY_NODE, compare=False)  # its inter-pod (anti-)affinity
-
-
-@dataclass
-class Gang:
-    """Members are fixed once planning starts: the stand-in per part is worked out once."""
-
-    ref: GangRef
-    members: list[Member] = field(default_factory=list)
-    _stand_ins: dict[tuple[str | None, int], Member | None] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
-
-    @property
-    def parts(self) -> tuple[Part, ...]:
-        """The gang's parts; a gang without parts is one part, exclusive when the gang is."""
-        if self.ref.parts:
-            return self.ref.parts
-        level = self.ref.required_topology if self.ref.exclusive else None
-        return (Part("", self.ref.size or 0, level),)
-
-    @property
-    def size(self) -> int:
-        """A gang is never smaller than the members that exist (e.g. a Job not yet seen by the
-        watch), unless its size is a minimum: members past it are planned only where they fit
-        (see `_plan_gang`)."""
-        declared = sum(p.size for p in self.parts)
-        return declared if self.ref.minimum else max(declared, len(self.members))
-
-    @property
-    def placed(self) -> list[Member]:
-        """Members on a node now: their devices are in use, and they fix the gang's domain."""
-        return [m for m in self.members if m.node and not m.done]
-
-    @property
-    def remaining(self) -> int:
-        """Members still to place: finished ones are done, not waiting."""
-        return max(0, self.size - len(self.placed) - sum(m.done for m in self.members))
-
-    def part_remaining(self, part: Part) -> int:
-        """A part's members still to place (a one-part gang: the gang's)."""
-        if len(self.parts) == 1:
-            return self.remaining
-        mine = [m for m in self.members if m.part == part.key]
-        return max(0, part.size - sum(1 for m in mine if m.node or m.done))
-
-    def part_placed(self, part: Part) -> list[Member]:
-        return [m for m in self.placed if len(self.parts) == 1 or m.part == part.key]
-
-    def anchor(self) -> float:
-        """When the gang last made progress (created, or a member bound)."""
-        times = [m.created for m in self.members] + [m.bound_at for m in self.members if m.bound_at]
-        return max(times) if self.placed else min(m.created for m in self.members)
-
-    def representative(self, part: Part | None = None) -> Member | None:
-        """Who stands for members not created yet: the newest member still to be placed (else the
-        newest placed one) of the part, else of the same replicated job, else of the gang. A
-        stand-in from another part must not carry a node selector that pins it to its own part's
-        domain (JobSet followers get their leader's domain as a selector). Worked out once per part
-        and member count: planning asks it for every node."""
-        key = (part.key if part is not None else None, len(self.members))
-        if key not in self._stand_ins:
-            self._stand_ins[key] = self._representative(part)
-        return self._stand_ins[key]
-
-    def _representative(self, part: Part | None) -> Member | None:
-        pools = [self.members]
-        if part is not None and len(self.parts) > 1:
-            family = part.key.rsplit("/", 1)[0]
-            pools = [
-                [m for m in self.members if m.part == part.key],
-                [m for m in self.members if m.part.rsplit("/", 1)[0] == family and not _pinned(m, part)],
-                [m for m in self.members if not _pinned(m, part)],
-            ]
-        for pool in pools:
-            waiting = [m for m in pool if not m.node and not m.done and m.demand.needs_devices]
-            source = waiting or [m for m in pool if m.demand.needs_devices]
-            if source:
-                return max(source, key=lambda m: m.created)
-        return None
-
-    def demand(self, part: Part | None = None) -> Demand:
-        member = self.representative(part)
-        return member.demand if member else Demand(())
-
-    def may_use(self, node: Node, part: Part | None = None) -> bool:
-        """By the stand-in's node selection, and by its inter-pod (anti-)affinity where that speaks
-        for the members it stands for: in a gang of one part, or a stand-in of the part itself. A
-        stand-in from another part would impose its own part's terms (JobSet writes each Job's key
-        into its pods' affinity), so those are left to the scheduler."""
-        member = self.representative(part)
-        if member is None:
-            return True
-        if not eligible(member.spec, node.name, node.labels):
-            return False
-        own = len(self.parts) == 1 or (part is not None and member.part == part.key)
-        return not own or member.affinity.allows(node.labels)
-
-
-def _pinned(member: Member, part: Part) -> bool:
-    """The member's node selector names the part's exclusive level (its own part's domain)."""
-    return bool(part.exclusive and part.exclusive in (member.spec.get("nodeSelector") or {}))
-
-
-@dataclass
-class Plan:
-    gang: str
-    feasible: bool
-    slots: dict[str, int] = field(default_factory=dict)  # node -> members to place there
-    domain: str = ANYWHERE
-    reason: str = ""
-    expired: bool = False
-    part_slots: dict[str, dict[str, int]] = field(default_factory=dict)  # part -> node -> members
-    # Not placeable only until the watches deliver an object it needs: worth retrying soon.
-    transient: bool = False
-
-
-@dataclass(frozen=True)
-class HoldClock:
-    """When a gang's current hold began, and what it saw at its last plan: an expired gang holds
-    again only once its members change or capacity is freed where it may go."""
-
-    since: float
-    members: frozenset[tuple[str, str | None, bool]]
-    expired: bool
-    usage: Mapping[str, Usage] = field(default_factory=dict, compare=False)  # kept only while expired
+from extender.plan_memo import Incremental, PlanMemo, Record, Seen
+from extender.plan_model import ANYWHERE, Gang, HoldClock, Limits, Plan
 
 
 @dataclass
@@ -181,72 +41,8 @@ class ClusterPlan:
     memo: PlanMemo | None = field(default=None, compare=False, repr=False)  # for the next plan_cluster
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What bounds planning: the hold timeout, each gang's time budget (seconds of the planner's
-    clock), an optional ceiling on gang size under what the cluster could ever hold, and the
-    topology levels (widest first) a preferred level widens through before giving up on one domain."""
-
-    timeout: float = 300.0
-    budget: float = 2.0
-    max_gang_size: int | None = None
-    levels: tuple[str, ...] = ()
-
-
 class _BudgetSpentError(Exception):
     """A gang's planning went past its budget."""
-
-
-def _room(gang: Gang, node: Node, usage: Usage, matcher: Matcher) -> tuple[int, ...]:
-    """How many members of each of the gang's demands fit on `node` with `usage`: all that a plan
-    reads of a node it holds nothing on, so a usage change that leaves these counts alone (a 1-GPU
-    pod coming or going beside an 8-GPU member's worth of used devices) cannot change the plan."""
-    limit = max(gang.size, 1)
-    demands = dict.fromkeys(gang.demand(part) for part in (None, *gang.parts))
-    return tuple(members_fit(node, usage, demand, limit, matcher)[0] for demand in demands)
-
-
-def _room_grew(gang: Gang, node: Node | None, before: Usage | None, now: Usage | None, matcher: Matcher) -> bool:
-    """Capacity was freed on `node` for this gang: more of its members fit there than before (or
-    the node is new to it)."""
-    if node is None or now is None:
-        return False
-    if before is None:
-        return True
-    if before is now or before.within(now):
-        return False
-    return any(a > b for a, b in zip(_room(gang, node, now, matcher), _room(gang, node, before, matcher), strict=True))
-
-
-def _hold_clock(
-    gang: Gang,
-    previous: HoldClock | None,
-    nodes: dict[str, Node],
-    usage: dict[str, Usage],
-    matcher: Matcher,
-    *,
-    now: float,
-    timeout: float,
-) -> HoldClock:
-    """The gang's hold clock after this plan. Without a previous one (a fresh or restarted extender)
-    it starts at the gang's last progress, as read from the API."""
-    members = frozenset((m.pod, m.node, m.done) for m in gang.members)
-
-    def usable() -> dict[str, Usage]:  # only expired gangs look at usage: most plans skip the nodes
-        return {name: usage[name] for name, node in nodes.items() if gang.may_use(node)}
-
-    if previous is None:
-        since = gang.anchor()
-    elif previous.members != members or (
-        previous.expired
-        and any(_room_grew(gang, nodes.get(n), previous.usage.get(n), u, matcher) for n, u in usable().items())
-    ):
-        since = now
-    else:
-        since = previous.since
-    since = max(since, gang.anchor())
-    expired = now - since > timeout
-    return HoldClock(since, members, expired, usable() if expired else {})
 
 
 def _domains(nodes: dict[str, Node], level: str | None, gang: Gang, part: Part | None = None) -> dict[str, list[str]]:
@@ -651,187 +447,6 @@ def _by_age(gangs: list[Gang]) -> list[Gang]:
     return sorted(gangs, key=lambda g: (min(m.created for m in g.members), g.ref.key))
 
 
-def _same_members(before: list[Member], now: list[Member]) -> bool:
-    """The same members, spec and affinity included (those are left out of Member equality)."""
-    return len(before) == len(now) and all(
-        a is b or (a == b and a.spec == b.spec and a.affinity == b.affinity) for a, b in zip(before, now, strict=True)
-    )
-
-
-def _usable_names(gang: Gang, nodes: dict[str, Node]) -> frozenset[str]:
-    """Every node whose usage can change the gang's plan: one it, or any of its parts, may use."""
-    parts: list[Part | None] = [None, *gang.parts]
-    return frozenset(name for name, node in nodes.items() if any(gang.may_use(node, part) for part in parts))
-
-
-@dataclass(frozen=True)
-class _Seen:
-    """One gang as the last plan saw it: the nodes it may use are fixed by its members and the nodes."""
-
-    ref: GangRef
-    members: list[Member]
-    usable: frozenset[str]
-    clock: HoldClock
-
-
-@dataclass(frozen=True)
-class _Record:
-    """One gang's planning in the last plan, in planning order: what it was planned against
-    (`taken`) and what came out (its plan and the usage it holds)."""
-
-    key: str
-    expired: bool
-    taken: dict[str, str]
-    plan: Plan
-    changed: dict[str, Usage]
-    reusable: bool  # planned within its budget: a plan cut short by time is tried again
-
-
-@dataclass(frozen=True)
-class PlanMemo:
-    """What one `plan_cluster` call saw and decided, for the next call to re-plan only what changed.
-
-    Its size is bounded by the cluster: the node and usage dicts it was given (references, not
-    copies) and one entry per gang of that plan; each new plan replaces it."""
-
-    nodes: dict[str, Node]
-    usage: dict[str, Usage]
-    limits: Limits
-    seen: dict[str, _Seen]
-    records: list[_Record]
-
-
-class _Incremental:
-    """Reuse of the last plan's gang plans. The nodes must be the same objects (else nothing is
-    reused); a gang's plan is reused when its members, the exclusive domains taken before it and the
-    usage of every node it may use, as it stood when it was planned, are the same objects as last
-    time. `dirty` holds the nodes whose usage, at this point of planning, differs from last time's
-    at the same point: only those are looked at, so an unchanged plan costs a pass over the nodes."""
-
-    def __init__(
-        self,
-        memo: PlanMemo | None,
-        nodes: Mapping[str, Node],
-        usage: Mapping[str, Usage],
-        limits: Limits,
-        changed: Collection[str] | None = None,
-    ) -> None:
-        same = memo is not None and memo.limits == limits and _same_objects(memo.nodes, nodes)
-        self.memo = memo if same else None
-        self.base_dirty: frozenset[str] = frozenset()
-        self.dirty: set[str] = set()
-        # The usage at this point of the last plan, where it differs from the memo's base usage.
-        self.previous: dict[str, Usage] = {}
-        self.before: Mapping[str, Usage] = {}
-        if self.memo is not None:
-            before = self.before = self.memo.usage
-            if changed is not None:  # the caller knows which names may differ: only those are compared
-                self.dirty = {name for name in changed if before.get(name) is not usage.get(name)}
-            else:
-                self.dirty = {name for name, used in usage.items() if before.get(name) is not used}
-                self.dirty.update(name for name in before if name not in usage)
-            self.base_dirty = frozenset(self.dirty)
-        self.index = 0
-        self.records: list[_Record] = []
-
-    def seen(self, gang: Gang) -> _Seen | None:
-        if self.memo is None:
-            return None
-        seen = self.memo.seen.get(gang.ref.key)
-        if seen is None or seen.ref != gang.ref or not _same_members(seen.members, gang.members):
-            return None
-        return seen
-
-    def usable(self, gang: Gang, nodes: dict[str, Node]) -> frozenset[str]:
-        seen = self.seen(gang)
-        return seen.usable if seen is not None else _usable_names(gang, nodes)
-
-    def clock(
-        self,
-        gang: Gang,
-        previous: HoldClock | None,
-        nodes: dict[str, Node],
-        usage: dict[str, Usage],
-        matcher: Matcher,
-        **kw: float,
-    ) -> HoldClock:
-        """`_hold_clock`, looking only at the nodes whose usage changed when the gang's last clock
-        is the one this memo made and the gang is unchanged."""
-        seen = self.seen(gang)
-        # The same members since this clock was made: it holds on until it expires.
-        if (
-            seen is not None
-            and previous is seen.clock
-            and not previous.expired
-            and kw["now"] - previous.since <= kw["timeout"]
-        ):
-            return previous
-        if seen is None or previous is not seen.clock or not previous.expired:
-            return _hold_clock(gang, previous, nodes, usage, matcher, **kw)
-        # The clock's usage covers the nodes the gang itself may use; unchanged ones are the same objects.
-        changed = [name for name in self.base_dirty if name in previous.usage]
-        freed = any(
-            _room_grew(gang, nodes.get(name), previous.usage[name], usage.get(name), matcher) for name in changed
-        )
-        since = max(kw["now"] if freed else previous.since, gang.anchor())
-        expired = kw["now"] - since > kw["timeout"]
-        if not expired:
-            return HoldClock(since, previous.members, False, {})
-        held = dict(previous.usage)
-        held.update({name: usage[name] for name in changed if name in usage})
-        return HoldClock(since, previous.members, True, held)
-
-    def reuse(
-        self,
-        gang: Gang,
-        expired: bool,
-        taken: dict[str, str],
-        usable: frozenset[str],
-        *,
-        working: Mapping[str, Usage],
-        matcher: Matcher,
-    ) -> _Record | None:
-        """The last plan's record for this gang, if nothing it depends on changed: on each node it
-        may use whose usage differs from last time, it holds nothing and as many members fit."""
-        if self.memo is None or self.index >= len(self.memo.records):
-            self.memo = None
-            return None
-        record = self.memo.records[self.index]
-        if record.key != gang.ref.key or record.expired != expired:
-            self.memo = None  # another order: the last plan's usage at each point no longer applies
-            return None
-        if not (record.reusable and self.seen(gang) is not None and record.taken == taken):
-            return None
-        for name in self.dirty & usable:
-            then, now = self.previous.get(name, self.before.get(name)), working.get(name)
-            node = self.memo.nodes.get(name)
-            if name in record.plan.slots or then is None or now is None or node is None:
-                return None
-            if _room(gang, node, then, matcher) != _room(gang, node, now, matcher):
-                return None
-        return record
-
-    def done(self, record: _Record, working: dict[str, Usage]) -> None:
-        """After a gang is planned (`working` is the usage before its plan is applied)."""
-        self.records.append(record)
-        if self.memo is None:
-            return
-        before = self.memo.records[self.index]
-        self.index += 1
-        for name in record.changed.keys() | before.changed.keys():
-            then = before.changed.get(name, self.previous.get(name, self.before.get(name)))
-            if then is not None:
-                self.previous[name] = then
-            if record.changed.get(name, working.get(name)) is then:
-                self.dirty.discard(name)
-            else:
-                self.dirty.add(name)
-
-
-def _same_objects(before: Mapping[str, object], now: Mapping[str, object]) -> bool:
-    return before is now or (len(before) == len(now) and all(before.get(name) is value for name, value in now.items()))
-
-
 def plan_cluster(
     nodes: dict[str, Node],
     usage: dict[str, Usage],
@@ -853,7 +468,7 @@ def plan_cluster(
     the same as without it. `changed`, when given, names every node whose node or usage object may
     differ from the memo's (from the watches' journal): only those are compared with it."""
     clocks = clocks or {}
-    incremental = _Incremental(memo, nodes, usage, limits, changed)
+    incremental = Incremental(memo, nodes, usage, limits, changed)
     held = dict(usage)
     holders: dict[str, list[str]] = defaultdict(list)
     plans: dict[str, Plan] = {}
@@ -883,7 +498,7 @@ def plan_cluster(
             plan, changed = _plan_in_budget(
                 gang, nodes, working, matcher, taken=taken, limits=limits, clock=clock, spent=spent
             )
-            record = _Record(gang.ref.key, expired, dict(taken), plan, changed, not spent)
+            record = Record(gang.ref.key, expired, dict(taken), plan, changed, not spent)
         incremental.done(record, working)
         return record.plan, record.changed
 
@@ -903,6 +518,6 @@ def plan_cluster(
         plans[gang.ref.key] = plan
         after_active.update(changed)
     valid_until = min((c.since + limits.timeout for c in after.values() if not c.expired), default=math.inf)
-    seen = {g.ref.key: _Seen(g.ref, list(g.members), usable[g.ref.key], after[g.ref.key]) for g in present}
+    seen = {g.ref.key: Seen(g.ref, list(g.members), usable[g.ref.key], after[g.ref.key]) for g in present}
     next_memo = PlanMemo(nodes, usage, limits, seen, incremental.records)
     return ClusterPlan(plans, held, dict(holders), after, valid_until, next_memo)

@@ -7,7 +7,8 @@ from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED, gang_of
 from extender.model import Node, Usage
-from extender.planner import ClusterPlan, Gang, Limits, Member, plan_cluster
+from extender.plan_model import Gang, Limits, Member
+from extender.planner import ClusterPlan, plan_cluster
 from tests.builders import DRIVER, GPU, gang_labels, gpu_nodes, pod, racks
 
 EIGHT = Demand((Request((GPU,), 8),))

@@ -1,0 +1,247 @@
+"""What one plan leaves for the next: each gang's hold clock (when its hold began, and whether
+it lapsed) and a memo of what it was planned against, so the next plan re-plans only the gangs
+an event can affect. Pure; `plan_cluster` (extender.planner) gives the same result without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from extender.capacity import Matcher, members_fit
+from extender.gang import GangRef, Part
+from extender.model import Node, Usage
+from extender.plan_model import Gang, HoldClock, Limits, Member, Plan
+
+
+def _room(gang: Gang, node: Node, usage: Usage, matcher: Matcher) -> tuple[int, ...]:
+    """How many members of each of the gang's demands fit on `node` with `usage`: all that a plan
+    reads of a node it holds nothing on, so a usage change that leaves these counts alone (a 1-GPU
+    pod coming or going beside an 8-GPU member's worth of used devices) cannot change the plan."""
+    limit = max(gang.size, 1)
+    demands = dict.fromkeys(gang.demand(part) for part in (None, *gang.parts))
+    return tuple(members_fit(node, usage, demand, limit, matcher)[0] for demand in demands)
+
+
+def _room_grew(gang: Gang, node: Node | None, before: Usage | None, now: Usage | None, matcher: Matcher) -> bool:
+    """Capacity was freed on `node` for this gang: more of its members fit there than before (or
+    the node is new to it)."""
+    if node is None or now is None:
+        return False
+    if before is None:
+        return True
+    if before is now or before.within(now):
+        return False
+    return any(a > b for a, b in zip(_room(gang, node, now, matcher), _room(gang, node, before, matcher), strict=True))
+
+
+def hold_clock(
+    gang: Gang,
+    previous: HoldClock | None,
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    matcher: Matcher,
+    *,
+    now: float,
+    timeout: float,
+) -> HoldClock:
+    """The gang's hold clock after this plan. Without a previous one (a fresh or restarted extender)
+    it starts at the gang's last progress, as read from the API."""
+    members = frozenset((m.pod, m.node, m.done) for m in gang.members)
+
+    def usable() -> dict[str, Usage]:  # only expired gangs look at usage: most plans skip the nodes
+        return {name: usage[name] for name, node in nodes.items() if gang.may_use(node)}
+
+    if previous is None:
+        since = gang.anchor()
+    elif previous.members != members or (
+        previous.expired
+        and any(_room_grew(gang, nodes.get(n), previous.usage.get(n), u, matcher) for n, u in usable().items())
+    ):
+        since = now
+    else:
+        since = previous.since
+    since = max(since, gang.anchor())
+    expired = now - since > timeout
+    return HoldClock(since, members, expired, usable() if expired else {})
+
+
+def _same_members(before: list[Member], now: list[Member]) -> bool:
+    """The same members, spec and affinity included (those are left out of Member equality)."""
+    return len(before) == len(now) and all(
+        a is b or (a == b and a.spec == b.spec and a.affinity == b.affinity) for a, b in zip(before, now, strict=True)
+    )
+
+
+def _usable_names(gang: Gang, nodes: dict[str, Node]) -> frozenset[str]:
+    """Every node whose usage can change the gang's plan: one it, or any of its parts, may use."""
+    parts: list[Part | None] = [None, *gang.parts]
+    return frozenset(name for name, node in nodes.items() if any(gang.may_use(node, part) for part in parts))
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One gang as the last plan saw it: the nodes it may use are fixed by its members and the nodes."""
+
+    ref: GangRef
+    members: list[Member]
+    usable: frozenset[str]
+    clock: HoldClock
+
+
+@dataclass(frozen=True)
+class Record:
+    """One gang's planning in the last plan, in planning order: what it was planned against
+    (`taken`) and what came out (its plan and the usage it holds)."""
+
+    key: str
+    expired: bool
+    taken: dict[str, str]
+    plan: Plan
+    changed: dict[str, Usage]
+    reusable: bool  # planned within its budget: a plan cut short by time is tried again
+
+
+@dataclass(frozen=True)
+class PlanMemo:
+    """What one `plan_cluster` call saw and decided, for the next call to re-plan only what changed.
+
+    Its size is bounded by the cluster: the node and usage dicts it was given (references, not
+    copies) and one entry per gang of that plan; each new plan replaces it."""
+
+    nodes: dict[str, Node]
+    usage: dict[str, Usage]
+    limits: Limits
+    seen: dict[str, Seen]
+    records: list[Record]
+
+
+class Incremental:
+    """Reuse of the last plan's gang plans. The nodes must be the same objects (else nothing is
+    reused); a gang's plan is reused when its members, the exclusive domains taken before it and the
+    usage of every node it may use, as it stood when it was planned, are the same objects as last
+    time. `dirty` holds the nodes whose usage, at this point of planning, differs from last time's
+    at the same point: only those are looked at, so an unchanged plan costs a pass over the nodes."""
+
+    def __init__(
+        self,
+        memo: PlanMemo | None,
+        nodes: Mapping[str, Node],
+        usage: Mapping[str, Usage],
+        limits: Limits,
+        changed: Collection[str] | None = None,
+    ) -> None:
+        same = memo is not None and memo.limits == limits and _same_objects(memo.nodes, nodes)
+        self.memo = memo if same else None
+        self.base_dirty: frozenset[str] = frozenset()
+        self.dirty: set[str] = set()
+        # The usage at this point of the last plan, where it differs from the memo's base usage.
+        self.previous: dict[str, Usage] = {}
+        self.before: Mapping[str, Usage] = {}
+        if self.memo is not None:
+            before = self.before = self.memo.usage
+            if changed is not None:  # the caller knows which names may differ: only those are compared
+                self.dirty = {name for name in changed if before.get(name) is not usage.get(name)}
+            else:
+                self.dirty = {name for name, used in usage.items() if before.get(name) is not used}
+                self.dirty.update(name for name in before if name not in usage)
+            self.base_dirty = frozenset(self.dirty)
+        self.index = 0
+        self.records: list[Record] = []
+
+    def seen(self, gang: Gang) -> Seen | None:
+        if self.memo is None:
+            return None
+        seen = self.memo.seen.get(gang.ref.key)
+        if seen is None or seen.ref != gang.ref or not _same_members(seen.members, gang.members):
+            return None
+        return seen
+
+    def usable(self, gang: Gang, nodes: dict[str, Node]) -> frozenset[str]:
+        seen = self.seen(gang)
+        return seen.usable if seen is not None else _usable_names(gang, nodes)
+
+    def clock(
+        self,
+        gang: Gang,
+        previous: HoldClock | None,
+        nodes: dict[str, Node],
+        usage: dict[str, Usage],
+        matcher: Matcher,
+        **kw: float,
+    ) -> HoldClock:
+        """`hold_clock`, looking only at the nodes whose usage changed when the gang's last clock
+        is the one this memo made and the gang is unchanged."""
+        seen = self.seen(gang)
+        # The same members since this clock was made: it holds on until it expires.
+        if (
+            seen is not None
+            and previous is seen.clock
+            and not previous.expired
+            and kw["now"] - previous.since <= kw["timeout"]
+        ):
+            return previous
+        if seen is None or previous is not seen.clock or not previous.expired:
+            return hold_clock(gang, previous, nodes, usage, matcher, **kw)
+        # The clock's usage covers the nodes the gang itself may use; unchanged ones are the same objects.
+        changed = [name for name in self.base_dirty if name in previous.usage]
+        freed = any(
+            _room_grew(gang, nodes.get(name), previous.usage[name], usage.get(name), matcher) for name in changed
+        )
+        since = max(kw["now"] if freed else previous.since, gang.anchor())
+        expired = kw["now"] - since > kw["timeout"]
+        if not expired:
+            return HoldClock(since, previous.members, False, {})
+        held = dict(previous.usage)
+        held.update({name: usage[name] for name in changed if name in usage})
+        return HoldClock(since, previous.members, True, held)
+
+    def reuse(
+        self,
+        gang: Gang,
+        expired: bool,
+        taken: dict[str, str],
+        usable: frozenset[str],
+        *,
+        working: Mapping[str, Usage],
+        matcher: Matcher,
+    ) -> Record | None:
+        """The last plan's record for this gang, if nothing it depends on changed: on each node it
+        may use whose usage differs from last time, it holds nothing and as many members fit."""
+        if self.memo is None or self.index >= len(self.memo.records):
+            self.memo = None
+            return None
+        record = self.memo.records[self.index]
+        if record.key != gang.ref.key or record.expired != expired:
+            self.memo = None  # another order: the last plan's usage at each point no longer applies
+            return None
+        if not (record.reusable and self.seen(gang) is not None and record.taken == taken):
+            return None
+        for name in self.dirty & usable:
+            then, now = self.previous.get(name, self.before.get(name)), working.get(name)
+            node = self.memo.nodes.get(name)
+            if name in record.plan.slots or then is None or now is None or node is None:
+                return None
+            if _room(gang, node, then, matcher) != _room(gang, node, now, matcher):
+                return None
+        return record
+
+    def done(self, record: Record, working: dict[str, Usage]) -> None:
+        """After a gang is planned (`working` is the usage before its plan is applied)."""
+        self.records.append(record)
+        if self.memo is None:
+            return
+        before = self.memo.records[self.index]
+        self.index += 1
+        for name in record.changed.keys() | before.changed.keys():
+            then = before.changed.get(name, self.previous.get(name, self.before.get(name)))
+            if then is not None:
+                self.previous[name] = then
+            if record.changed.get(name, working.get(name)) is then:
+                self.dirty.discard(name)
+            else:
+                self.dirty.add(name)
+
+
+def _same_objects(before: Mapping[str, object], now: Mapping[str, object]) -> bool:
+    return before is now or (len(before) == len(now) and all(before.get(name) is value for name, value in now.items()))
