@@ -11,7 +11,7 @@ from dra_driver import DRIVER_NAME
 from dra_driver.cdi_edits import CDI_VENDOR
 from e2e.node_plugin import NodePlugin
 from kube.pods import pod_claim_names
-from kube.resources import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
+from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import wait_for
 from nativedra.cluster.waits import describe_pod
 from nativedra.objects import claim_template, gpu_pod, request
@@ -72,14 +72,5 @@ def bad_config_template(api: client.ApiClient, namespace: str, name: str = "bad-
             "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 300}},
         },
     }
-    devices = {
-        "requests": [request("gpus", "gpu.nativedra.dev")],  # the whole-GPU DeviceClass
-        "config": [{"requests": ["gpus"], "opaque": bad_config}],
-    }
-    body = {
-        "apiVersion": RESOURCE_CLAIM_TEMPLATES.api_version,
-        "kind": RESOURCE_CLAIM_TEMPLATES.kind,
-        "metadata": {"name": name},
-        "spec": {"spec": {"devices": devices}},
-    }
-    RESOURCE_CLAIM_TEMPLATES.create(api, body, namespace)
+    gpus = request("gpus", "gpu.nativedra.dev")  # the whole-GPU DeviceClass
+    claim_template(api, namespace, name, [gpus], config=[{"requests": ["gpus"], "opaque": bad_config}])

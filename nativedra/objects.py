@@ -58,10 +58,14 @@ def claim_template(
     name: str,
     requests: list[dict[str, Any]],
     constraints: list[dict[str, Any]] | None = None,
+    *,
+    config: list[dict[str, Any]] | None = None,
 ) -> None:
     devices: dict[str, Any] = {"requests": requests}
     if constraints:
         devices["constraints"] = constraints
+    if config:
+        devices["config"] = config
     body = {
         "apiVersion": RESOURCE_CLAIM_TEMPLATES.api_version,
         "kind": RESOURCE_CLAIM_TEMPLATES.kind,
