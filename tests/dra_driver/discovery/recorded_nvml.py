@@ -72,7 +72,7 @@ def _device(nvml: Any, handle: Any, sys_root: Path) -> dict[str, Any]:
         profiles[str(profile)] = info
         if "nvmlError" not in info:
             placements[str(info["id"])] = _answer(nvml, partial(_placements, nvml, handle, info["id"]))
-    bus_id = pci.normalize_bus_id(str(nvml.nvmlDeviceGetPciInfo(handle).busId))
+    bus_id = pci.normalize_bus_id(str(answers["nvmlDeviceGetPciInfo"]["busId"]))  # as recorded, asked once
     return {
         **answers,
         "nvmlDeviceGetGpuInstanceProfileInfo": profiles,
