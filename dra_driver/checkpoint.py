@@ -134,6 +134,9 @@ class Checkpoint:
         self._queue: deque[tuple[Change[Any], Future[Any]]] = deque()
         self._queue_changed = threading.Condition()
         self._writer_running = False
+        # uid -> (record, its canonical JSON) as last written: a record is immutable, so its text is
+        # made once, not on every commit (at 200 claims that was 2.4 ms a commit, two per claim).
+        self._texts: dict[str, tuple[ClaimRecord, str]] = {}
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -181,8 +184,21 @@ class Checkpoint:
             log.error(self.last_error)
             return {}
 
+    def _payload(self, records: dict[str, ClaimRecord]) -> str:
+        """`_canonical` of the payload, made from each record's cached canonical text."""
+        texts: dict[str, tuple[ClaimRecord, str]] = {}
+        for uid in sorted(records):
+            record, cached = records[uid], self._texts.get(uid)
+            texts[uid] = (
+                record,
+                cached[1] if cached is not None and cached[0] is record else _canonical(record.to_json()),
+            )
+        self._texts = texts  # only the records of this write: bounded by the file
+        claims = ",".join(f"{json.dumps(uid)}:{text}" for uid, (_, text) in texts.items())
+        return f'{{"bootId":{json.dumps(self.boot_id)},"claims":{{{claims}}}}}'
+
     def _write(self, records: dict[str, ClaimRecord]) -> None:
-        body = _canonical({"bootId": self.boot_id, "claims": {uid: r.to_json() for uid, r in records.items()}})
+        body = self._payload(records)
         text = f'{{"version":{VERSION},"checksum":"{_checksum(body)}","payload":{body}}}'
         # The cache stays valid while writing: readers keep the last durable state, and a failed
         # write leaves the old file (whose identity the cache holds) in place.

@@ -32,6 +32,28 @@ def test_round_trip_with_boot_id(tmp_path: Path) -> None:
     assert checkpoint.read() == {"u1": record("u1")}
 
 
+def test_the_file_is_the_canonical_payload_across_changes(tmp_path: Path) -> None:
+    """Records' texts are cached between writes: the file must stay exactly what a fresh
+    serialisation gives (the checksum is verified against that on read), whatever changed."""
+    path = tmp_path / "checkpoint.json"
+    checkpoint = Checkpoint(path, "boot-\u00e9")
+    changes: list[Callable[[dict[str, ClaimRecord]], object]] = [
+        lambda records: records.update({uid: record(uid) for uid in ("u2", "u1", "\u00fc3")}),
+        lambda records: records.__setitem__("u1", record("u1", ClaimState.PREPARE_STARTED)),
+        lambda records: records.pop("u2"),
+        lambda records: records.__setitem__("u0", record("u0")),
+    ]
+    for change in changes:
+        checkpoint.update(change)
+        document = json.loads(path.read_text())
+        payload = document["payload"]
+        expected = {"bootId": "boot-\u00e9", "claims": {uid: r.to_json() for uid, r in checkpoint.read().items()}}
+        assert payload == expected
+        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        assert document["checksum"] == hashlib.sha256(canonical.encode()).hexdigest()
+        assert Checkpoint(path, "boot-\u00e9").read() == checkpoint.read()  # a fresh reader accepts it
+
+
 def test_corruption_is_detected_and_the_file_kept_aside(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.json"
     checkpoint = Checkpoint(path, "boot-1")
