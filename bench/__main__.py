@@ -27,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", choices=[*BENCHMARKS, []], help="benchmarks to run (default: all)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="nativedra-bench-") as state:
-        plane = ControlPlane(state_dir=Path(state) / "cluster", binaries=resolve())
+        plane = ControlPlane(
+            state_dir=Path(state) / "cluster",
+            binaries=resolve(),
+            controller_manager_flags=bench_scheduler.CONTROLLER_MANAGER_CLIENT,
+        )
         plane.start()
         try:
             api = config.new_client_from_config(config_file=str(plane.kubeconfig))

@@ -78,6 +78,7 @@ class ControlPlane:
     tie_to_parent: bool = True
     features: components.Features = components.DEFAULTS
     notes: dict[str, Any] = field(default_factory=dict)  # more facts for the state file (e.g. a real node)
+    controller_manager_flags: tuple[str, ...] = ()  # appended to its flags (e.g. a benchmark's client rate)
     _layout: components.Layout | None = None
     _credentials: Credentials = field(default_factory=Credentials)
     _supervisor: Supervisor | None = None
@@ -128,7 +129,7 @@ class ControlPlane:
             self.spawn(
                 "kube-controller-manager",
                 self.binaries.kube_controller_manager,
-                components.controller_manager_args(self.layout),
+                [*components.controller_manager_args(self.layout), *self.controller_manager_flags],
             )
             self._wait_ready("kube-controller-manager", f"https://127.0.0.1:{self.layout.ports['kcm']}/healthz")
         except BaseException:
