@@ -163,7 +163,13 @@ def _busy_cluster(api: client.ApiClient, size: Size) -> Iterator[dict[str, str]]
             core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
             list(pool.map(core.delete_node, rack_of))
     wait_for(lambda: _absent(core.read_namespace, namespace), CLEANUP_WAIT_S, f"namespace {namespace} deleted")
-    wait_for(lambda: not RESOURCE_SLICES.list(api, limit=1)["items"], CLEANUP_WAIT_S, "the nodes' slices deleted")
+    wait_for(lambda: not _slices_of(api, rack_of), CLEANUP_WAIT_S, "the nodes' slices deleted")
+
+
+def _slices_of(api: client.ApiClient, nodes: dict[str, str]) -> list[str]:
+    """The names of slices still published for `nodes` (other benchmarks' nodes may have some)."""
+    items = RESOURCE_SLICES.list(api)["items"]
+    return [s["metadata"]["name"] for s in items if s["spec"].get("nodeName") in nodes]
 
 
 @contextlib.contextmanager
