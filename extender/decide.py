@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -17,7 +18,7 @@ from extender.config import ExtenderConfig
 from extender.demand import Demand, allocated_node, demand_of
 from extender.eligibility import ANY_NODE, PlacedPods
 from extender.gang import NATIVE, GangRef, gang_of, may_belong_to_gang
-from extender.heap import freeze_survivors
+from extender.heap import collector_paused, freeze_survivors
 from extender.lag import InFlight, Unwatched, complete_offer, timestamp
 from extender.lru import LruCache
 from extender.model import Node, Usage
@@ -340,27 +341,30 @@ class Decider:
                     # Only usage moved (a GPU freed or taken outside every gang): the members are as
                     # the last pass found them, so the pass over every gang pod is skipped.
                     gangs, self._deps_at = self._last_gangs, view.version
-        if gangs is None:
-            gangs = self.gangs(view, extra)
-        # Room for every (node, gang) fit of one plan, so the next finds all those it did not change.
-        wanted = 2 * len(view.nodes) * (len(gangs) + 1)
-        self.matcher.fits.capacity = min(max(Matcher.FIT_CACHE_SIZE, wanted), self.FIT_CACHE_MAX)
-        result = plan_cluster(
-            view.nodes,
-            view.usage,
-            gangs,
-            self.matcher,
-            now=now,
-            limits=self.limits,
-            clocks=clocks,
-            memo=memo,
-            changed=changed,
-        )
-        if memo is None:
-            # A plan from scratch (after the LIST, a restart) leaves hundreds of thousands of
-            # objects (members, fits, plans) that later plans reuse: a full collection walking them
-            # stalled a call for ~270 ms at 5,000 nodes. They are acyclic; refcounting frees them.
-            freeze_survivors()
+        # A plan from scratch builds its members, fits and plans in bulk (see extender.heap).
+        with collector_paused() if memo is None else contextlib.nullcontext():
+            if gangs is None:
+                gangs = self.gangs(view, extra)
+            # Room for every (node, gang) fit of one plan, so the next finds all those it did not change.
+            wanted = 2 * len(view.nodes) * (len(gangs) + 1)
+            self.matcher.fits.capacity = min(max(Matcher.FIT_CACHE_SIZE, wanted), self.FIT_CACHE_MAX)
+            result = plan_cluster(
+                view.nodes,
+                view.usage,
+                gangs,
+                self.matcher,
+                now=now,
+                limits=self.limits,
+                clocks=clocks,
+                memo=memo,
+                changed=changed,
+            )
+            if memo is None:
+                # A plan from scratch (after the LIST, a restart) leaves hundreds of thousands of
+                # objects (members, fits, plans) that later plans reuse: a full collection walking
+                # them stalled a call for ~270 ms at 5,000 nodes. They are acyclic; refcounting frees
+                # them. Frozen before the collector resumes, whose first pass would walk them all.
+                freeze_survivors()
         with self._lock:
             if self._newer(view.version):  # a slower plan of an older view does not replace a newer one
                 self._plan_cache = (cache_key, result, time.monotonic())

@@ -21,6 +21,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
+from extender.heap import collector_paused
 from extender.state import NATIVE_KINDS, ClusterState
 from kube.resources import (
     COSCHEDULING_POD_GROUPS,
@@ -97,8 +98,9 @@ def _say_absent(kind: str, status: int) -> None:
 
 def list_kind(lister: Lister, state: ClusterState, kind: str) -> str:
     """Replace the state's `kind` with a fresh list; the resourceVersion to watch from."""
-    listing = json.loads(lister(_preload_content=False).data)
-    state.replace(kind, listing.get("items") or [])
+    with collector_paused():
+        listing = json.loads(lister(_preload_content=False).data)
+        state.replace(kind, listing.get("items") or [])
     return str(listing["metadata"].get("resourceVersion") or "")
 
 

@@ -19,7 +19,7 @@ from collections import defaultdict
 from typing import Any
 
 from extender.gang import JobSetShape, NativeGroup, may_belong_to_gang
-from extender.heap import freeze_survivors
+from extender.heap import collector_paused, freeze_survivors
 from extender.model import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
 
@@ -98,6 +98,8 @@ class ClusterState:
     # Between two scheduling calls a busy cluster delivers tens of events, a burst a few thousand; a
     # reader further behind than this checks everything (correct, only slower).
     JOURNAL_MAX = 8_192
+    # Node models rebuilt at once past which the collector is paused (see extender.heap).
+    BULK_NODES = 256
     # Watch events between two freezes of the objects held (see `apply`).
     REFREEZE_EVENTS = 1_000
 
@@ -244,6 +246,14 @@ class ClusterState:
         are replaced by updated copies (a view holds the old ones), and each change is journaled."""
         if not self._dirty_nodes and not self._dirty_usage:
             return
+        if len(self._dirty_nodes) + len(self._dirty_usage) > self.BULK_NODES:
+            with collector_paused():
+                self._rebuild_dirty()
+                freeze_survivors()  # before the collector resumes: else its first pass walks them all
+            return
+        self._rebuild_dirty()
+
+    def _rebuild_dirty(self) -> None:
         nodes: dict[str, Node | None] = {}
         usage: dict[str, Usage | None] = {}
         for name in self._dirty_nodes:
