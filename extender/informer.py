@@ -98,8 +98,9 @@ def _say_absent(kind: str, status: int) -> None:
 
 def list_kind(lister: Lister, state: ClusterState, kind: str) -> str:
     """Replace the state's `kind` with a fresh list; the resourceVersion to watch from."""
+    body = lister(_preload_content=False).data  # read outside the pause: the API may be slow
     with collector_paused():
-        listing = json.loads(lister(_preload_content=False).data)
+        listing = json.loads(body)
         state.replace(kind, listing.get("items") or [])
     return str(listing["metadata"].get("resourceVersion") or "")
 
