@@ -68,13 +68,12 @@ PODS_WAIT_S = 300.0
 CLEANUP_WAIT_S = 180.0
 MODES = ("without", "with")
 # Both modes lift kube-scheduler's client limit (default 50 requests/s, bursts of 100) so it is not
-# what caps the figure. With or without it the 1-GPU pods ran at 10-11 pods/s on 2026-11-30: most
-# likely the cap of the resourceclaim controller, whose kube-controller-manager keeps its default
-# limit (20 requests/s, bursts of 30) and writes two objects per pod (the claim, the pod's status).
+# what caps the figure.
 CLIENT = {"clientConnection": {"qps": 1000, "burst": 2000}}
 # kube-controller-manager's client rate, lifted the same way for the whole benchmark plane: at its
-# default (20/s) the controller making each pod's claim from its template capped both modes at
-# ~10 pods/s, so the ratio said nothing of the scheduler's and the extender's cost.
+# default (20 requests/s) the controller making each pod's claim from its template (two writes per
+# pod) capped both modes at ~10 pods/s, so the ratio said nothing of the scheduler's and the
+# extender's cost.
 CONTROLLER_MANAGER_CLIENT = ("--kube-api-qps=1000", "--kube-api-burst=2000")
 
 

@@ -19,7 +19,7 @@ from extender.demand import Demand, allocated_node, demand_of
 from extender.eligibility import ANY_NODE, PlacedPods
 from extender.gang import NATIVE, GangRef, gang_of, may_belong_to_gang
 from extender.heap import collector_paused, freeze_survivors
-from extender.lag import InFlight, Unwatched, complete_offer, timestamp
+from extender.lag import InFlight, Unwatched, complete_offer, pod_key, timestamp
 from extender.lru import LruCache
 from extender.model import Node, Usage
 from extender.plan_memo import PlanMemo
@@ -44,15 +44,11 @@ def _bound_at(pod: dict[str, Any]) -> float | None:
     return None
 
 
-def _key(pod: dict[str, Any]) -> tuple[str, str]:
-    return pod["metadata"]["namespace"], pod["metadata"]["name"]
-
-
 def _body(view: ClusterView, pod: dict[str, Any]) -> str | None:
     """What the pod being asked about adds to the view: nothing when the view holds this very pod
     (same uid and resourceVersion, or the same body); else a digest of the body, since anything
     in it (labels, claims, spec) can change the plan: two bodies with one name are two questions."""
-    known = view.pods.get(_key(pod))
+    known = view.pods.get(pod_key(pod))
     if known is not None:
         mine, theirs = pod["metadata"], known["metadata"]
         version = mine.get("resourceVersion")
@@ -184,9 +180,9 @@ class Decider:
         keys = view.gang_pods if view.gang_pods is not None else tuple(view.pods)
         pods = {key: view.pods[key] for key in keys if key in view.pods}
         for pod in self._unwatched.pods(view):
-            pods[_key(pod)] = pod
+            pods[pod_key(pod)] = pod
         if extra is not None:
-            pods[_key(extra)] = extra
+            pods[pod_key(extra)] = extra
         return list(pods.values())
 
     def _member(
@@ -202,7 +198,7 @@ class Decider:
             for r in references
             if r.get("resourceClaimTemplateName")
         )
-        key = _key(pod)
+        key = pod_key(pod)
         known = self._members.get(key)
         if (
             known is not None
@@ -256,7 +252,7 @@ class Decider:
     def _gangs(self, view: ClusterView, extra: dict[str, Any] | None) -> list[Gang]:
         candidates = self._candidates(view, extra)
         self._members.capacity = max(self.MEMBER_CACHE_MIN, 2 * len(candidates))
-        self._candidate_keys = {_key(pod) for pod in candidates}
+        self._candidate_keys = {pod_key(pod) for pod in candidates}
         self._members.retain(self._candidate_keys)  # deleted pods (and plain ones asked before)
         deps: set[tuple[str, tuple[str, str]]] = set()
         # Inter-pod affinity needs the placed pods only when some pod has (anti-)affinity terms.
@@ -278,7 +274,7 @@ class Decider:
             phase = (pod.get("status") or {}).get("phase")
             if phase == "Failed" or pod["metadata"].get("deletionTimestamp"):
                 continue  # gone for good; its controller creates a replacement if one is needed
-            known = self._members.get(_key(pod)) if stale is not None else None
+            known = self._members.get(pod_key(pod)) if stale is not None else None
             if (
                 known is not None
                 and stale is not None
@@ -293,13 +289,13 @@ class Decider:
                 ref, member = self._member(view, pod, context)
             if ref is None or member is None:
                 continue
-            worked_out = self._members.get(_key(pod))
+            worked_out = self._members.get(pod_key(pod))
             if worked_out is not None:
                 deps |= worked_out.deps
             affinity = placed.of(pod) if placed is not None else ANY_NODE
             if member.affinity != affinity:
                 member = replace(member, affinity=affinity)
-                known = self._members.get(_key(pod))
+                known = self._members.get(pod_key(pod))
                 if known is not None and known.pod is pod:  # the same Member object next time
                     known.member = member
             gangs.setdefault(ref.key, Gang(ref)).members.append(member)
@@ -497,7 +493,7 @@ class Decider:
         # kube-scheduler places a native PodGroup whole in one cycle against its own cache: the lag
         # of the extender's watches cannot split it, and a retry would only send the group to backoff.
         gone = [] if ref.source == NATIVE else self._taken_since(view, demand, slots, names)
-        if gone and len(gone) > self._in_flight.others(ref.key, _key(pod), lambda key: self._is_placed(view, key)):
+        if gone and len(gone) > self._in_flight.others(ref.key, pod_key(pod), lambda key: self._is_placed(view, key)):
             self.refresh_wanted.set()
             reason = (
                 f"gang {ref.key} is planned onto {', '.join(gone)}, where the scheduler finds no room for this "
@@ -508,7 +504,7 @@ class Decider:
         planned = sorted(slots)
         passing = [name for name in names if name in slots]
         if passing:
-            self._in_flight.admit(_key(pod), ref.key)
+            self._in_flight.admit(pod_key(pod), ref.key)
         reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
         return passing, {name: reason for name in names if name not in slots}, "gang"
 

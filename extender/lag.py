@@ -81,12 +81,13 @@ class Unwatched:
             }
             changed = len(kept) != len(self._pods)
             self._pods = kept
-            if asked is not None and pod_key(asked) not in view.pods and now - created_at(asked) <= LAG_SECONDS:
-                known = self._pods.get(pod_key(asked))
-                if known is None or known[0] != asked:
+            if asked is not None and pod_key(asked) not in view.pods:
+                key, created = pod_key(asked), created_at(asked)
+                known = self._pods.get(key)
+                if now - created <= LAG_SECONDS and (known is None or known[0] != asked):
                     if len(self._pods) >= UNWATCHED_MAX:
                         self._pods.pop(next(iter(self._pods)))
-                    self._pods[pod_key(asked)] = (asked, created_at(asked))
+                    self._pods[key] = (asked, created)
                     changed = True
             if changed:
                 self.version += 1

@@ -170,7 +170,7 @@ class ClusterState:
             if self._since_freeze >= self.REFREEZE_EVENTS and not self.missing():
                 # Objects from watch events live until replaced, like the listed ones: a full
                 # collection walking all of them stalled a call for up to 280 ms at 5,000 nodes.
-                # Freezing is a list splice; only cycles made in the last moments could be kept.
+                # Only what arrived since the last freeze is collected, then frozen (extender.heap).
                 freeze_survivors()
                 self._since_freeze = 0
 
