@@ -26,10 +26,11 @@ from kubernetes import client
 
 from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, free_port
 from nativedra.cluster.gobuild import BuildLock, build_programs, cache_root, download, go_env
-from nativedra.cluster.processes import tail
+from nativedra.cluster.processes import RecordedProcess, alive, tail
 from nativedra.objects import apply_documents
 
 READY_TIMEOUT_S = 60.0
+PORT_ATTEMPTS = 3  # controller starts with fresh ports when its own were taken meanwhile
 JsonPatch = list[dict[str, Any]]
 
 
@@ -164,16 +165,22 @@ def controller_config(addon: Addon, webhook_port: int, health_port: int, cert_di
     }
 
 
-def _wait(probe: Any, what: str, log_path: str) -> None:
+class AddonExitedError(ControlPlaneError):
+    """The controller exited before it was ready."""
+
+
+def _wait(probe: Any, what: str, process: RecordedProcess) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
+        if not alive(process.pid):
+            raise AddonExitedError(f"{what} exited during start-up; log:\n{tail(process.log)}")
         try:
             if probe():
                 return
         except OSError:
             pass
         time.sleep(0.25)
-    raise ControlPlaneError(f"{what} not ready after {READY_TIMEOUT_S:.0f}s; log:\n{tail(log_path)}")
+    raise ControlPlaneError(f"{what} not ready after {READY_TIMEOUT_S:.0f}s; log:\n{tail(process.log)}")
 
 
 def start_addon(plane: ControlPlane, api: client.ApiClient, addon: Addon) -> None:
@@ -186,33 +193,41 @@ def start_addon(plane: ControlPlane, api: client.ApiClient, addon: Addon) -> Non
     cert_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(plane.layout.certs.serving_cert, cert_dir / "tls.crt")
     shutil.copyfile(plane.layout.certs.serving_key, cert_dir / "tls.key")
-    webhook_port, health_port = free_port(), free_port()
-    config_path = home / "config.yaml"
-    config_path.write_text(yaml.safe_dump(controller_config(addon, webhook_port, health_port, cert_dir)))
-    process = plane.spawn(
-        f"{addon.name}-controller",
-        binary,
-        [f"--config={config_path}", f"--kubeconfig={plane.kubeconfig}", "--zap-log-level=info"],
-    )
     ca = plane.layout.certs.ca_cert
     context = ssl.create_default_context(cafile=str(ca))
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        # A port free_port() found free can be taken by another socket before the controller binds
+        # it (free ports and outgoing connections share the ephemeral range): then new ports.
+        webhook_port, health_port = free_port(), free_port()
+        config_path = home / "config.yaml"
+        config_path.write_text(yaml.safe_dump(controller_config(addon, webhook_port, health_port, cert_dir)))
+        process = plane.spawn(
+            f"{addon.name}-controller",
+            binary,
+            [f"--config={config_path}", f"--kubeconfig={plane.kubeconfig}", "--zap-log-level=info"],
+        )
 
-    def healthy() -> bool:
-        with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=2) as response:
-            return bool(response.status == 200)
+        def healthy(port: int = health_port) -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
 
-    url = f"https://127.0.0.1:{webhook_port}"
-    configurations = webhook_configurations(addon, root, url, ca.read_bytes())
-    paths = sorted({w["clientConfig"]["url"] for d in configurations for w in d["webhooks"]})
+        configurations = webhook_configurations(addon, root, f"https://127.0.0.1:{webhook_port}", ca.read_bytes())
+        paths = sorted({w["clientConfig"]["url"] for d in configurations for w in d["webhooks"]})
 
-    def serving_webhooks() -> bool:
-        """Every path has its handler: the controller serves TLS before it registers them (JobSet
-        waits for its certificates first), and a path without one answers 404, which the apiserver
-        turns into a 500 for every create."""
-        return all(_registered(path, context) for path in paths)
+        def serving_webhooks(paths: list[str] = paths) -> bool:
+            """Every path has its handler: the controller serves TLS before it registers them
+            (JobSet waits for its certificates first), and a path without one answers 404, which
+            the apiserver turns into a 500 for every create."""
+            return all(_registered(path, context) for path in paths)
 
-    _wait(healthy, f"the {addon.name} controller", process.log)
-    _wait(serving_webhooks, f"the {addon.name} webhooks", process.log)
+        try:
+            _wait(healthy, f"the {addon.name} controller", process)
+            _wait(serving_webhooks, f"the {addon.name} webhooks", process)
+            break
+        except AddonExitedError as error:
+            plane.supervisor.stop(process.name)
+            if attempt == PORT_ATTEMPTS or "address already in use" not in str(error):
+                raise
     apply_documents(api, configurations)
 
 

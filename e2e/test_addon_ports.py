@@ -1,0 +1,60 @@
+"""An add-on controller whose port another socket took before it could bind (free ports and
+outgoing connections share the ephemeral range: CI saw JobSet's webhook port taken) is started
+again on new ports instead of failing the cluster's start after a minute."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from kube.resources import LEADER_WORKER_SETS
+from nativedra.cluster import ControlPlane, addons, resolve, wait_for
+from nativedra.cluster.addons import LWS, start_addon
+from nativedra.cluster.controlplane import free_port
+
+
+def test_a_controller_whose_port_was_taken_starts_again_on_new_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plane = ControlPlane(state_dir=tmp_path / "cluster", binaries=resolve())
+    plane.start()
+    try:
+        api = plane.api_client()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            ports = iter([taken.getsockname()[1]])  # the first port handed out (the webhook's) is taken
+            monkeypatch.setattr(addons, "free_port", lambda: next(ports, 0) or free_port())
+            start_addon(plane, api, LWS)
+        log = Path(plane.supervisor.named(f"{LWS.name}-controller").log).read_text()
+        assert "address already in use" in log, "the first start did not meet the taken port"
+        assert len([p for p in plane.supervisor.processes if p.name == f"{LWS.name}-controller"]) == 1
+        # The webhooks of the second start answer: a LeaderWorkerSet passes them.
+        lws = {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "probe", "namespace": "default"},
+            "spec": {
+                "replicas": 1,
+                "leaderWorkerTemplate": {
+                    "size": 1,
+                    "workerTemplate": {"spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}},
+                },
+            },
+        }
+
+        def created() -> bool:
+            try:
+                LEADER_WORKER_SETS.create(api, lws, "default")
+            except client.ApiException as error:
+                if error.status == 404:  # the CRD is not served yet
+                    return False
+                raise  # a webhook that does not answer fails the create with a 500
+            return True
+
+        wait_for(created, 30, "a LeaderWorkerSet created through the webhooks")
+    finally:
+        plane.stop()
