@@ -97,24 +97,23 @@ class _Handler:
         request: Request,
         verb: str,
         decide: Callable[[ExtenderArgs, list[str]], T],
-        answer: Callable[[ExtenderArgs, list[str], T | None], tuple[bytes, str]],
+        answer: Callable[[ExtenderArgs, T | None], tuple[bytes, str]],
     ) -> Response:
         """One call of `verb`, timed and counted by the path it took: the body read and parsed
-        under the limits, then answered at once on the fast path (`answer` given no decision) or
-        from what `decide` found on a planning worker."""
+        under the limits, then answered at once on the fast path (`answer` given no decision, and
+        the node names never decoded) or from what `decide` found on a planning worker."""
         started = time.perf_counter()
         with self.watchdog.tracking():
             args = await self.args(request, verb)
             if isinstance(args, JSONResponse):
                 return args
-            names = args.node_names()
             decided: T | None = None
             if _needs_planning(args.Pod):
-                planned = await self.plan(verb, lambda: decide(args, names))
+                planned = await self.plan(verb, lambda: decide(args, args.node_names()))
                 if isinstance(planned, JSONResponse):
                     return planned
                 decided = planned
-            body, path = answer(args, names, decided)
+            body, path = answer(args, decided)
         metrics.REQUESTS.labels(verb, path).inc()
         metrics.SECONDS.labels(verb).observe(time.perf_counter() - started)
         return Response(body, media_type="application/json")
@@ -184,13 +183,15 @@ def create_app(
     app = FastAPI(title="nativedra scheduler extender", docs_url=None, redoc_url=None, lifespan=background_planner)
     handler = _Handler(state, limits, watchdog or Watchdog(limits.stuck_after_seconds))
 
-    def filter_answer(args: ExtenderArgs, names: list[str], decided: Filtered | None) -> tuple[bytes, str]:
-        passing, failed, path = decided if decided is not None else (names, {}, "fast")
+    def filter_answer(args: ExtenderArgs, decided: Filtered | None) -> tuple[bytes, str]:
+        if decided is None:
+            return filter_result(args, None, {}), "fast"
+        passing, failed, path = decided
         metrics.REJECTED_NODES.labels(path).inc(len(failed))
         error = next(iter(failed.values()), "") if path == RETRY else ""
         return filter_result(args, passing, {} if error else failed, error), path
 
-    def prioritize_answer(_args: ExtenderArgs, _names: list[str], scores: dict[str, int] | None) -> tuple[bytes, str]:
+    def prioritize_answer(_args: ExtenderArgs, scores: dict[str, int] | None) -> tuple[bytes, str]:
         return encode_priorities(scores or {}), "fast" if scores is None else "scored"
 
     async def filter_nodes(request: Request) -> Response:

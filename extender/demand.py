@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +25,15 @@ class Demand:
     # Objects the pod needs that the watches have not delivered yet (claim, template, DeviceClass):
     # until they arrive the pod's demand is unknown, never "nothing".
     unresolved: tuple[str, ...] = ()
+    # A demand keys the fit cache, asked once per (node, gang) of a plan: its hash walks every
+    # request's selectors, so it is worked out once.
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.requests, self.unresolved)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def devices(self) -> int:

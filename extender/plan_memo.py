@@ -5,7 +5,7 @@ an event can affect. Pure; `plan_cluster` (extender.planner) gives the same resu
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from extender.capacity import Matcher, members_fit
@@ -13,17 +13,20 @@ from extender.gang import GangRef, Part
 from extender.model import Node, Usage
 from extender.plan_model import Gang, HoldClock, Limits, Member, Plan
 
+Room = Callable[[Gang, Node, Usage, Matcher], tuple[int, ...]]
+
 
 def _room(gang: Gang, node: Node, usage: Usage, matcher: Matcher) -> tuple[int, ...]:
     """How many members of each of the gang's demands fit on `node` with `usage`: all that a plan
     reads of a node it holds nothing on, so a usage change that leaves these counts alone (a 1-GPU
     pod coming or going beside an 8-GPU member's worth of used devices) cannot change the plan."""
-    limit = max(gang.size, 1)
-    demands = dict.fromkeys(gang.demand(part) for part in (None, *gang.parts))
+    limit, demands = gang.room_shape()
     return tuple(members_fit(node, usage, demand, limit, matcher)[0] for demand in demands)
 
 
-def _room_grew(gang: Gang, node: Node | None, before: Usage | None, now: Usage | None, matcher: Matcher) -> bool:
+def _room_grew(
+    gang: Gang, node: Node | None, before: Usage | None, now: Usage | None, matcher: Matcher, *, room: Room = _room
+) -> bool:
     """Capacity was freed on `node` for this gang: more of its members fit there than before (or
     the node is new to it)."""
     if node is None or now is None:
@@ -32,7 +35,7 @@ def _room_grew(gang: Gang, node: Node | None, before: Usage | None, now: Usage |
         return True
     if before is now or before.within(now):
         return False
-    return any(a > b for a, b in zip(_room(gang, node, now, matcher), _room(gang, node, before, matcher), strict=True))
+    return any(a > b for a, b in zip(room(gang, node, now, matcher), room(gang, node, before, matcher), strict=True))
 
 
 def hold_clock(
@@ -148,6 +151,18 @@ class Incremental:
             self.base_dirty = frozenset(self.dirty)
         self.index = 0
         self.records: list[Record] = []
+        # (gang's room shape, node name, usage id) -> (node, usage, counts), for this plan only.
+        self._rooms: dict[tuple[object, ...], tuple[Node, Usage, tuple[int, ...]]] = {}
+
+    def room(self, gang: Gang, node: Node, usage: Usage, matcher: Matcher) -> tuple[int, ...]:
+        """`_room`, once per gang shape, node and usage object in this plan."""
+        key = (gang.room_shape(), node.name, id(usage))
+        found = self._rooms.get(key)
+        if found is not None and found[0] is node and found[1] is usage:
+            return found[2]
+        counts = _room(gang, node, usage, matcher)
+        self._rooms[key] = (node, usage, counts)
+        return counts
 
     def seen(self, gang: Gang) -> Seen | None:
         if self.memo is None:
@@ -186,7 +201,8 @@ class Incremental:
         # The clock's usage covers the nodes the gang itself may use; unchanged ones are the same objects.
         changed = [name for name in self.base_dirty if name in previous.usage]
         freed = any(
-            _room_grew(gang, nodes.get(name), previous.usage[name], usage.get(name), matcher) for name in changed
+            _room_grew(gang, nodes.get(name), previous.usage[name], usage.get(name), matcher, room=self.room)
+            for name in changed
         )
         since = max(kw["now"] if freed else previous.since, gang.anchor())
         expired = kw["now"] - since > kw["timeout"]
@@ -222,7 +238,7 @@ class Incremental:
             node = self.memo.nodes.get(name)
             if name in record.plan.slots or then is None or now is None or node is None:
                 return None
-            if _room(gang, node, then, matcher) != _room(gang, node, now, matcher):
+            if self.room(gang, node, then, matcher) != self.room(gang, node, now, matcher):
                 return None
         return record
 

@@ -39,6 +39,9 @@ class Gang:
     _stand_ins: dict[tuple[str | None, int], Member | None] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _shape: tuple[int, tuple[int, tuple[Demand, ...]]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def parts(self) -> tuple[Part, ...]:
@@ -111,6 +114,16 @@ class Gang:
     def demand(self, part: Part | None = None) -> Demand:
         member = self.representative(part)
         return member.demand if member else Demand(())
+
+    def room_shape(self) -> tuple[int, tuple[Demand, ...]]:
+        """What incremental planning counts on every node whose usage changed, for every gang: how
+        many members (up to the gang's size) of each stand-in's demand fit, the gang's then each
+        part's, each demand once. Gangs of one shape (a JobSet's replicas, a queue of like jobs)
+        share it, so a node is counted once per shape."""
+        if self._shape is None or self._shape[0] != len(self.members):
+            demands = tuple(dict.fromkeys(self.demand(part) for part in (None, *self.parts)))
+            self._shape = (len(self.members), (max(self.size, 1), demands))
+        return self._shape[1]
 
     def may_use(self, node: Node, part: Part | None = None) -> bool:
         """By the stand-in's node selection, and by its inter-pod (anti-)affinity where that speaks

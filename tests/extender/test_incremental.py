@@ -400,3 +400,31 @@ def test_a_pod_an_older_plan_refuses_everywhere_is_judged_again_by_a_plan_of_the
     assert decider.held_plan(view, SOON)[1], "the older plan is what a plain pod would be answered from"
     passing, failed, _ = decider.filter(view, cluster.single, [node], now=SOON)
     assert (passing, failed) == ([node], {})
+
+
+def test_answers_asked_while_a_plan_is_being_made_wait_for_it_and_share_it() -> None:
+    """Under the GIL two plans made side by side only share the CPU: an answer asked while a plan
+    of the same view is being made waits for it and gets that very plan, not one of its own."""
+    busy = builders.busy_cluster(400, rack_size=16, pending_gangs=12, pending_gang_size=8, namespace="ns")
+    state = ClusterState(DRIVER)
+    for kind, items in busy.objects.items():
+        state.replace(kind, items)
+    decider, view = Decider(ExtenderConfig()), state.view()
+    first_started = threading.Event()
+    plans: dict[str, ClusterPlan] = {}
+    spans: dict[str, tuple[float, float]] = {}
+
+    def plan(name: str) -> None:
+        started = time.perf_counter()
+        first_started.set()
+        plans[name] = decider.plan(view, None, SOON)
+        spans[name] = (started, time.perf_counter())
+
+    first = threading.Thread(target=plan, args=("first",))
+    first.start()
+    first_started.wait(5)
+    time.sleep(0.005)
+    plan("second")
+    first.join(60)
+    assert spans["second"][0] < spans["first"][1], "the second answer came after the first plan: nothing to share"
+    assert plans["second"] is plans["first"], "the second answer made a plan of its own beside the first"

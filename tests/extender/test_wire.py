@@ -3,10 +3,36 @@
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
-from extender.wire import ExtenderArgs, ExtenderFilterResult, encode_priorities, filter_result
+from extender.wire import (
+    ExtenderArgs,
+    ExtenderFilterResult,
+    MalformedBodyError,
+    _flat_strings,
+    _parsed,
+    encode_priorities,
+    filter_result,
+    parse_args,
+)
+
+NODE_NAME_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,20}[a-z0-9])?")  # a DNS subdomain
+NODE_NAME = st.from_regex(NODE_NAME_PATTERN, fullmatch=True)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+# What may arrive as NodeNames: node names mixed with any JSON, texts with commas, quotes and
+# brackets, or something that is no array at all.
+NODE_NAMES = st.lists(NODE_NAME | JSON_VALUES | st.sampled_from(["a,b", 'a"b', "[", "a]", "\\", "é"]), max_size=6)
+SEPARATORS = st.sampled_from([(",", ":"), (", ", ": "), (" , ", " : "), (",\n", ":")])  # Go's, Python's, odd ones
+POD = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"containers": []}}
 
 
 def test_filter_answers_in_the_form_the_scheduler_sent() -> None:
@@ -30,3 +56,39 @@ def test_prioritize_lists_only_the_nodes_it_scores_above_zero() -> None:
     ]
     with pytest.raises(ValueError, match=r"outside 0\.\.10"):
         encode_priorities({"a": 11})
+
+
+def _outcome(parse: Any, body: bytes) -> tuple[str, Any]:
+    try:
+        args = parse(body)
+    except MalformedBodyError as error:
+        return "refused", str(error)
+    return "parsed", (args.Pod, args.node_names(), json.loads(filter_result(args, None, {})))
+
+
+@settings(max_examples=400, deadline=None)
+@given(names=NODE_NAMES | JSON_VALUES, separators=SEPARATORS)
+@example(names=[{"a": 1}], separators=(",", ":"))  # an object's key holds the quotes of one string
+@example(names=[["a"]], separators=(",", ":"))
+@example(names=["a,", 1], separators=(",", ":"))  # a comma inside a string stands in for a string
+@example(names=['""', 1], separators=(",", ":"))  # escaped quotes stand in for a string
+@example(names="[1]", separators=(",", ":"))  # a string that looks like an array
+def test_names_are_kept_as_sent_only_when_every_one_is_a_string(names: Any, separators: tuple[str, str]) -> None:
+    """The byte counts never pass an array that holds anything but strings, and always pass
+    what the scheduler sends (node names, any JSON spacing)."""
+    array = json.dumps(names, separators=separators).encode()
+    if _flat_strings(array):
+        assert isinstance(names, list) and names and all(isinstance(name, str) for name in names)
+    node_names = isinstance(names, list) and all(isinstance(n, str) and NODE_NAME_PATTERN.fullmatch(n) for n in names)
+    if names and node_names:
+        assert _flat_strings(array), array
+
+
+@settings(max_examples=400, deadline=None)
+@given(names=NODE_NAMES | JSON_VALUES, separators=SEPARATORS)
+def test_a_body_parses_and_answers_the_same_with_its_names_kept_as_sent(
+    names: Any, separators: tuple[str, str]
+) -> None:
+    """Same arguments, same fast-path answer, same refusal naming the same field as the full parse."""
+    body = json.dumps({"Pod": POD, "NodeNames": names}, separators=separators).encode()
+    assert _outcome(parse_args, body) == _outcome(_parsed, body)
