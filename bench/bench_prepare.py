@@ -3,7 +3,10 @@
 200 claims, each allocated one fraction of a 64-GPU simulated node (the allocation is written
 directly, as an admin, so the benchmark measures prepare and not scheduling). Baselines from the
 same run: one GET of a claim (the API read every prepare must make) for latency, and sequential
-calls (one caller) for the 8-caller throughput. The figures also go to bench-results/prepare.json.
+calls (one caller) for the 8-caller throughput. Each phase ends when the plugin's device status
+reports (which yield to the kubelet's calls) are all in the API, and how long after the last answer
+that was is a figure too: the next phase starts from a quiet node. The figures also go to
+bench-results/prepare.json.
 """
 
 from __future__ import annotations
@@ -76,6 +79,20 @@ def _claims(api: client.ApiClient, namespace: str, devices: list[str]) -> list[t
     return keys
 
 
+def _reported(api: client.ApiClient, namespace: str, prepared: bool) -> bool:
+    """Whether every claim of the namespace shows this node's device status (`prepared`), or none does."""
+    claims = RESOURCE_CLAIMS.list(api, field_selector=f"metadata.namespace={namespace}")["items"]
+    shown = [any(d.get("pool") == NODE for d in (c.get("status") or {}).get("devices") or []) for c in claims]
+    return all(shown) if prepared else not any(shown)
+
+
+def _settled(api: client.ApiClient, namespace: str, prepared: bool) -> float:
+    """Seconds until the device status of every claim is as `prepared` says."""
+    start = time.perf_counter()
+    wait_for(lambda: _reported(api, namespace, prepared), 60, "the device status reports", interval_s=0.02)
+    return time.perf_counter() - start
+
+
 def _timed_prepare(socket: Path, key: tuple[str, str, str]) -> float:
     start = time.perf_counter()
     response: Any = prepare(socket, "v1", [key])
@@ -114,9 +131,12 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
         socket = dra_socket(dirs.plugins)
         get = measure(lambda: RESOURCE_CLAIMS.get(api, keys[0][2], "bench-prepare"), CLAIMS)
         sequential, sequential_wall = _prepare_all(socket, keys, 1)
+        reported = _settled(api, "bench-prepare", prepared=True)
         yield report(f"NodePrepareResources, {CLAIMS} claims, 1 caller", sequential, get, "one claim GET")
         unprepare(socket, "v1", keys)
+        _settled(api, "bench-prepare", prepared=False)
         concurrent, concurrent_wall = _prepare_all(socket, keys, CALLERS)
+        reported_concurrent = _settled(api, "bench-prepare", prepared=True)
         sequential_rate, concurrent_rate = CLAIMS / sequential_wall, CLAIMS / concurrent_wall
         yield report(
             f"NodePrepareResources, {CALLERS} callers",
@@ -126,16 +146,21 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
             f"throughput {concurrent_rate:.0f} claims/s = {concurrent_rate / sequential_rate:.2f} x 1 caller "
             f"({sequential_rate:.0f} claims/s)",
         )
+        yield (
+            f"device status of every claim in the API {reported:.2f} s after the last answer (1 caller), "
+            f"{reported_concurrent:.2f} s ({CALLERS} callers)"
+        )
         path = write_results(
             "prepare",
             {
                 "claims": CLAIMS,
                 "one_claim_get": get.figures(get),
-                "one_caller": {**sequential.figures(get), "claims_per_s": sequential_rate},
+                "one_caller": {**sequential.figures(get), "claims_per_s": sequential_rate, "status_after_s": reported},
                 f"{CALLERS}_callers": {
                     **concurrent.figures(get),
                     "claims_per_s": concurrent_rate,
                     "throughput_ratio": concurrent_rate / sequential_rate,
+                    "status_after_s": reported_concurrent,
                 },
             },
         )

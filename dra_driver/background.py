@@ -3,10 +3,13 @@ blocking, dropped with a warning when the queue is full, done on a thread of its
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import queue
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
@@ -41,3 +44,30 @@ class BackgroundQueue(Generic[T]):
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self.period_s):
             self.drain()
+
+
+class Activity:
+    """The kubelet's calls in flight, so that background work can yield to them: a pod waits for
+    its prepare, nobody waits for a status report."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._running = 0
+        self._ended = -math.inf
+        self._guard = threading.Lock()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._guard:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._running -= 1
+                self._ended = self.clock()
+
+    def idle_for(self) -> float:
+        """Seconds since the last call ended; 0 while one runs."""
+        with self._guard:
+            return 0.0 if self._running else self.clock() - self._ended

@@ -12,6 +12,7 @@ from types import FrameType
 
 from prometheus_client import start_http_server
 
+from dra_driver.background import Activity
 from dra_driver.checkpoint import Checkpoint, boot_id
 from dra_driver.device_status import DeviceStatusReports, api_status_applier
 from dra_driver.discovery import Backend
@@ -98,8 +99,11 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     )
     checkpoint = Checkpoint(settings.data_dir / "checkpoint.json", boot_id())
     events = FailureEvents(post_event, settings.node_name)
+    activity = Activity()
     statuses = DeviceStatusReports(
-        api_status_applier(bounded_client(api), settings.node_name, API_TIMEOUT_S), settings.node_name
+        api_status_applier(bounded_client(api), settings.node_name, API_TIMEOUT_S),
+        settings.node_name,
+        idle_for=activity.idle_for,
     )
     preparer = ClaimPreparer(
         api_claim_reader(api),
@@ -114,6 +118,7 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         mig_supported=settings.backend.can_prepare_mig,
         on_prepared=statuses.prepared,
         on_unprepared=statuses.unprepared,
+        activity=activity,
     )
     preparer.reconcile()
     servers = KubeletServers(

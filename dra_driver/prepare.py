@@ -28,6 +28,7 @@ from urllib3.exceptions import HTTPError
 from cdi.spec import Spec
 from cdi.store import SpecStore, is_kubernetes_uid, spec_text
 from dra_driver import DRIVER_NAME, metrics
+from dra_driver.background import Activity
 from dra_driver.cdi_edits import (
     CDI_CLASS,
     CDI_VENDOR,
@@ -222,7 +223,9 @@ class ClaimPreparer:
         mig_supported: bool = True,
         on_prepared: PreparedReport = lambda _ref, _devices: None,
         on_unprepared: UnpreparedReport = lambda _ref: None,
+        activity: Activity | None = None,
     ) -> None:
+        self.activity = activity or Activity()  # the kubelet's calls, which background work yields to
         self.read_claim = read_claim
         self.on_prepared = on_prepared
         self.on_unprepared = on_unprepared
@@ -245,7 +248,7 @@ class ClaimPreparer:
         started = time.perf_counter()
         try:
             check_uid(ref)
-            with self._locks.held(ref.uid):
+            with self.activity.running(), self._locks.held(ref.uid):
                 return self._prepare(ref)
         except PrepareError as error:
             metrics.CLAIM_ERRORS.labels("prepare", error.reason).inc()
@@ -417,7 +420,7 @@ class ClaimPreparer:
 
         try:
             check_uid(ref)
-            with self._locks.held(ref.uid):
+            with self.activity.running(), self._locks.held(ref.uid):
                 self.specs.remove(ref.uid)
                 self.metadata.remove(ref.uid)
                 metrics.PREPARED_CLAIMS.set(self.checkpoint.update(forget))

@@ -3,13 +3,18 @@ the kubelet's retries), and its entries dropped once unprepared; never blocking 
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
 
 from dra_driver import DRIVER_NAME
-from dra_driver.device_status import DeviceStatusReports, device_entries
+from dra_driver.background import Activity
+from dra_driver.device_status import Deferral, DeviceStatusReports, device_entries
 from dra_driver.prepare import ClaimRef
 from tests.dra_driver.claims import NODE, Node, new_claim
 from tests.dra_driver.test_cdi_edits import claim_device, mps
@@ -38,23 +43,77 @@ def test_a_mig_placement_reports_its_profile_and_placement() -> None:
     assert entry["data"]["migProfile"] == "3g.40gb" and entry["data"]["migPlacement"] == 4
 
 
-def test_reports_are_applied_in_the_background_and_a_deleted_claim_is_no_error() -> None:
-    applied: list[tuple[ClaimRef, list[dict[str, Any]]]] = []
+Applied = list[tuple[str, list[str]]]
 
+
+def _recorder(applied: Applied) -> Callable[[ClaimRef, list[dict[str, Any]]], None]:
     def apply(ref: ClaimRef, entries: list[dict[str, Any]]) -> None:
         if ref.name == "gone":
             raise client.ApiException(status=404, reason="Not Found")
-        applied.append((ref, entries))
+        applied.append((ref.name, [e["device"] for e in entries]))
 
-    reports = DeviceStatusReports(apply, NODE)
-    kept, gone = ClaimRef("ns", "uid-1", "kept"), ClaimRef("ns", "uid-2", "gone")
+    return apply
+
+
+def test_reports_are_applied_in_the_background_a_claims_latest_only() -> None:
+    """Prepared then unprepared before its report went out: one apply, the clearing one; a claim
+    deleted meanwhile is no error."""
+    applied: Applied = []
+    reports = DeviceStatusReports(_recorder(applied), NODE)
+    kept, gone, cleared = (ClaimRef("ns", f"uid-{n}", name) for n, name in enumerate(("kept", "gone", "cleared")))
     reports.prepared(kept, [claim_device("gpu-1")])
     reports.prepared(gone, [claim_device("gpu-2")])
+    reports.prepared(cleared, [claim_device("gpu-3")])
     assert applied == [], "nothing is applied on the kubelet's call path"
-    reports.unprepared(kept)
+    reports.unprepared(cleared)
     reports.drain()
-    devices = [(ref.name, [e["device"] for e in entries]) for ref, entries in applied]
-    assert devices == [("kept", ["gpu-1"]), ("kept", [])]
+    assert applied == [("kept", ["gpu-1"]), ("cleared", [])]
+
+
+@contextlib.contextmanager
+def _running(reports: DeviceStatusReports) -> Iterator[None]:
+    """The reporting thread, as the plugin runs it."""
+    stop = threading.Event()
+    thread = threading.Thread(target=reports.run, args=(stop,))
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def test_reports_wait_while_the_kubelet_calls_and_go_once_it_is_quiet() -> None:
+    applied: Applied = []
+    activity = Activity()
+    reports = DeviceStatusReports(_recorder(applied), NODE, activity.idle_for, Deferral(quiet_s=0.1, most_s=30.0))
+    with activity.running(), _running(reports):
+        reports.prepared(ClaimRef("ns", "uid-1", "kept"), [claim_device("gpu-1")])
+        time.sleep(0.3)
+        assert applied == [], "a report went out while a kubelet call ran"
+    with _running(reports):  # the report still waits
+        with activity.running():
+            pass
+        ended = time.monotonic()
+        deadline = ended + 5
+        while not applied and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert applied == [("kept", ["gpu-1"])]
+        assert time.monotonic() - ended >= 0.1, "it went before the kubelet had been quiet for quiet_s"
+
+
+def test_a_report_waits_at_most_most_s_while_calls_keep_coming() -> None:
+    applied: Applied = []
+    activity = Activity()
+    reports = DeviceStatusReports(_recorder(applied), NODE, activity.idle_for, Deferral(quiet_s=0.1, most_s=0.3))
+    with activity.running():
+        offered = time.monotonic()
+        reports.prepared(ClaimRef("ns", "uid-1", "kept"), [claim_device("gpu-1")])
+        with _running(reports):
+            while not applied and time.monotonic() < offered + 5:
+                time.sleep(0.01)
+            waited = time.monotonic() - offered
+    assert applied == [("kept", ["gpu-1"])] and 0.3 <= waited < 2
 
 
 def test_the_preparer_reports_new_claims_once_and_known_claims_when_unprepared(node: Node) -> None:
