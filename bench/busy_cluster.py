@@ -48,7 +48,7 @@ VERBS = ("filter", "prioritize")
 SHAPE_DEVICES = range(2, 8)  # GPUs per pod of the new shapes: none equals a shape asked about before
 BURST = 1000  # watch events applied at once, as after a node drain or a large job ending
 FLOOR = "JSON round trip"
-CALL_TIMEOUT_S = 120.0  # a call re-plans every gang: seconds at 5,000 nodes today
+CALL_TIMEOUT_S = 120.0  # a guard: the slowest call, the first plan after the LIST, takes about 2 s at 5,000 nodes
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str]:
@@ -213,7 +213,7 @@ class NewShapes:
 @dataclass(frozen=True)
 class Bounds:
     """How much one figure may cost: at most `calls` calls, and once `budget_s` is spent no more
-    than `measure`'s minimum (a call that re-plans every gang takes seconds at 5,000 nodes)."""
+    than `measure`'s minimum (a guard, should calls ever take seconds again)."""
 
     calls: int
     budget_s: float
