@@ -44,6 +44,7 @@ MAX_WAITING = 1024  # claims whose report waits; reports of more are dropped (an
 class Deferral:
     quiet_s: float = 0.05
     most_s: float = 2.0
+    at_stop_s: float = 3.0  # of the pod's termination grace (30 s), before the process exits
 
 
 def device_data(claim_device: ClaimDevice) -> dict[str, Any]:
@@ -143,9 +144,10 @@ class DeviceStatusReports:
             self._waiting[uid] = (report, earlier[1] if earlier else self.clock())  # keeps its place in line
         self._offered.set()
 
-    def drain(self) -> None:
-        """Apply every waiting report now."""
-        while (report := self._take(force=True)[0]) is not None:
+    def drain(self, within_s: float = math.inf) -> None:
+        """Apply every waiting report now, for at most `within_s` seconds."""
+        deadline = self.clock() + within_s
+        while self.clock() < deadline and (report := self._take(force=True)[0]) is not None:
             self._report(report)
 
     def _take(self, force: bool = False) -> tuple[Report | None, float]:
@@ -161,6 +163,8 @@ class DeviceStatusReports:
             return report, 0.0
 
     def run(self, stop: threading.Event) -> None:
+        """Until `stop`; then what still waits is applied, within `Deferral.at_stop_s`, so that a
+        claim unprepared just before does not keep showing Ready devices."""
         while not stop.is_set():
             report, wait_s = self._take()
             if report is not None:
@@ -168,6 +172,7 @@ class DeviceStatusReports:
                 continue
             self._offered.wait(min(wait_s, 1.0))
             self._offered.clear()
+        self.drain(self.deferral.at_stop_s)
 
     def _report(self, report: Report) -> None:
         ref, entries = report
@@ -178,3 +183,5 @@ class DeviceStatusReports:
                 log.warning("reporting device status on claim %s failed: %s %s", ref, error.status, error.reason)
         except HTTPError as error:
             log.warning("reporting device status on claim %s failed: %s", ref, error)
+        except Exception:  # one bad report must not end the reporting thread
+            log.exception("reporting device status on claim %s failed", ref)

@@ -130,7 +130,7 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     servers.start()
     publishing = _thread("slices", controller.run, stop)
     _thread("events", events.run, stop)
-    _thread("device-status", statuses.run, stop)
+    reporting = _thread("device-status", statuses.run, stop)
     # Watchers block in long reads; they are daemons and end with the process.
     _thread("slice-watch", controller.watch_slices, stop)
     _thread("discovery-watch", lambda until: settings.backend.watch(until, controller.trigger), stop)
@@ -139,4 +139,5 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     servers.stop()
     controller.trigger()
     publishing.join(timeout=5)
+    reporting.join(timeout=5)  # it applies the reports still waiting first
     return 0

@@ -424,8 +424,8 @@ class ClaimPreparer:
                 self.specs.remove(ref.uid)
                 self.metadata.remove(ref.uid)
                 metrics.PREPARED_CLAIMS.set(self.checkpoint.update(forget))
-            if any(known):
-                self.on_unprepared(ref)
+                if any(known):  # under the claim's lock: a prepare of it again reports after this
+                    self.on_unprepared(ref)
         except PrepareError as error:
             metrics.CLAIM_ERRORS.labels("unprepare", error.reason).inc()
             raise

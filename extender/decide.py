@@ -318,8 +318,9 @@ class Decider:
         # answers wait for both (a request's plan beside the background planner's took 45 ms
         # instead of 20 at 5,000 nodes); made after it, a plan starts from its memo and redoes only
         # what changed since, or finds it is the very plan it needs.
-        with self._planning:
-            return self._plan_after(view, extra, cache_key, now)
+        waiting = time.monotonic()
+        with self._planning:  # the wait counts: a hold may have ended meanwhile
+            return self._plan_after(view, extra, cache_key, now + time.monotonic() - waiting)
 
     def _plan_after(
         self, view: ClusterView, extra: dict[str, Any] | None, cache_key: tuple[int, str | None, int], now: float

@@ -199,7 +199,10 @@ def _checked(raw: Any) -> _Args:
 
 def _with_names_as_sent(body: bytes) -> ExtenderArgs | None:
     """The arguments with NodeNames kept as sent, when the body is what a scheduler sends; None for
-    anything else (the full parse then accepts it or says what is wrong)."""
+    anything else (the full parse then accepts it or says what is wrong). Only Pod and NodeNames
+    are decoded, so a body the full parse refuses for a part the extender never reads (an unknown
+    key that is not UTF-8, a number too large for Python's float) is answered; the Pod alone
+    may nest as deep as the limit, one level more than inside the body."""
     try:
         envelope = _ENVELOPE.decode(body)
     except (msgspec.MsgspecError, RecursionError):  # msgspec's own depth limit raises the latter

@@ -87,16 +87,13 @@ def test_reports_wait_while_the_kubelet_calls_and_go_once_it_is_quiet() -> None:
     applied: Applied = []
     activity = Activity()
     reports = DeviceStatusReports(_recorder(applied), NODE, activity.idle_for, Deferral(quiet_s=0.1, most_s=30.0))
-    with activity.running(), _running(reports):
-        reports.prepared(ClaimRef("ns", "uid-1", "kept"), [claim_device("gpu-1")])
-        time.sleep(0.3)
-        assert applied == [], "a report went out while a kubelet call ran"
-    with _running(reports):  # the report still waits
+    with _running(reports):
         with activity.running():
-            pass
+            reports.prepared(ClaimRef("ns", "uid-1", "kept"), [claim_device("gpu-1")])
+            time.sleep(0.3)
+            assert applied == [], "a report went out while a kubelet call ran"
         ended = time.monotonic()
-        deadline = ended + 5
-        while not applied and time.monotonic() < deadline:
+        while not applied and time.monotonic() < ended + 5:
             time.sleep(0.01)
         assert applied == [("kept", ["gpu-1"])]
         assert time.monotonic() - ended >= 0.1, "it went before the kubelet had been quiet for quiet_s"
@@ -124,3 +121,16 @@ def test_the_preparer_reports_new_claims_once_and_known_claims_when_unprepared(n
     preparer.unprepare(ref)
     preparer.unprepare(ref)  # unknown by now: nothing to drop
     assert node.reports == [(ref, ["gpu-0-1of2-0"]), (ref, None)]
+
+
+def test_reports_still_waiting_when_the_plugin_stops_are_applied_before_it_exits() -> None:
+    """A claim unprepared just before the plugin stops must not keep showing Ready devices."""
+    applied: Applied = []
+    activity = Activity()
+    reports = DeviceStatusReports(_recorder(applied), NODE, activity.idle_for, Deferral(quiet_s=0.1, most_s=30.0))
+    with activity.running():
+        reports.unprepared(ClaimRef("ns", "uid-1", "kept"))
+        with _running(reports):
+            time.sleep(0.2)
+            assert applied == []
+    assert applied == [("kept", [])]
