@@ -6,9 +6,12 @@ identities in `credentials`, the process records in `processes`, the TLS materia
 
 from __future__ import annotations
 
+import functools
+import random
 import shutil
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -43,10 +46,47 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not be started, or is not running."""
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PORT_FLOOR = 20_000  # below it sit ports services bind by default (10248-10259: kubelet, scheduler, ...)
+_handed_out: set[int] = set()
+_handing_out = threading.Lock()
+_random = random.Random()  # noqa: S311 - spreads picks over the range; nothing secret
+
+
+def _ephemeral_ports() -> range:
+    """The ports the kernel gives outgoing connections (and `bind(0)`)."""
+    try:
+        low, high = (int(word) for word in EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+@functools.cache
+def _candidates(ephemeral: range) -> list[int]:
+    return [port for port in range(PORT_FLOOR, 65536) if port not in ephemeral]
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on, for a component to bind later. Picked outside the
+    kernel's ephemeral range: a port from it can be taken by any outgoing connection before the
+    component binds it (CI saw 'address already in use'); and never one this process handed out
+    already, which its component may not have bound yet."""
+    ephemeral = _ephemeral_ports()
+    candidates = _candidates(ephemeral)
+    with _handing_out:
+        for _ in range(200):
+            port = _random.choice(candidates)
+            if port in _handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+    raise ControlPlaneError(f"no free loopback port between {PORT_FLOOR} and 65535 outside {ephemeral}")
 
 
 def prepare_state_dir(state_dir: Path) -> None:

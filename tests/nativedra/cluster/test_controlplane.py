@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
-from nativedra.cluster.controlplane import MARKER, ControlPlaneError, prepare_state_dir
+from nativedra.cluster.controlplane import (
+    MARKER,
+    ControlPlaneError,
+    _ephemeral_ports,
+    free_port,
+    prepare_state_dir,
+)
 
 
 def test_a_foreign_non_empty_directory_is_refused_and_left_intact(tmp_path: Path) -> None:
@@ -42,3 +49,14 @@ def test_a_running_cluster_is_never_replaced(tmp_path: Path) -> None:
     with pytest.raises(ControlPlaneError, match="already recorded"):
         prepare_state_dir(state)
     assert (state / "state.json").exists()
+
+
+def test_free_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice() -> None:
+    """Outgoing connections take ephemeral ports: one picked from there could be taken before its
+    component binds it; and a port handed out may not be bound yet when the next is picked."""
+    ephemeral = _ephemeral_ports()
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+    assert [port for port in ports if port in ephemeral] == []
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", ports[-1]))  # free indeed
