@@ -1,6 +1,6 @@
-"""An add-on controller whose port another socket took before it could bind (free ports and
-outgoing connections share the ephemeral range: CI saw JobSet's webhook port taken) is started
-again on new ports instead of failing the cluster's start after a minute."""
+"""An add-on controller whose port another socket took before it could bind (CI saw JobSet's
+webhook port taken while free ports came from the ephemeral range; another process can still take
+one) is started again on new ports instead of failing the cluster's start after a minute."""
 
 from __future__ import annotations
 

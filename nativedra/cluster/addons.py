@@ -196,8 +196,8 @@ def start_addon(plane: ControlPlane, api: client.ApiClient, addon: Addon) -> Non
     ca = plane.layout.certs.ca_cert
     context = ssl.create_default_context(cafile=str(ca))
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        # A port free_port() found free can be taken by another socket before the controller binds
-        # it (free ports and outgoing connections share the ephemeral range): then new ports.
+        # A port free_port() found free can still be taken before the controller binds it (by
+        # another process: free_port keeps clear of outgoing connections' range): then new ports.
         webhook_port, health_port = free_port(), free_port()
         config_path = home / "config.yaml"
         config_path.write_text(yaml.safe_dump(controller_config(addon, webhook_port, health_port, cert_dir)))
