@@ -28,11 +28,11 @@ from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import resolve_profile
 from dra_driver.kubelet_paths import dra_socket, registration_socket
 from dra_driver.published import DeviceKind, DeviceView
-from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
+from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, create_fake_node, wait_for
 from nativedra.cluster.commands import NodeDirs
 from nativedra.kubelet_client import make_dev_tree, plugin_info, prepare, unprepare
-from nativedra.objects import create_claim, request
+from nativedra.objects import create_claim, our_slices, request
 
 NODE = "bench-prepare"
 CLAIMS = 200
@@ -55,8 +55,7 @@ def _fractions(api: client.ApiClient) -> list[str] | None:
     """The first CLAIMS fraction devices, once the node's pool is published whole: its slices
     appear one at a time, and prepares timed while the plugin still publishes (or a count taken
     early) would measure the start-up, not prepare."""
-    listed = RESOURCE_SLICES.list(api, field_selector=f"spec.driver={DRIVER_NAME}")["items"]
-    pool = [s for s in listed if s["spec"]["pool"]["name"] == NODE]
+    pool = our_slices(api, NODE)
     newest = max((s["spec"]["pool"]["generation"] for s in pool), default=None)
     current = [s for s in pool if s["spec"]["pool"]["generation"] == newest]
     if not current or len(current) != current[0]["spec"]["pool"]["resourceSliceCount"]:
