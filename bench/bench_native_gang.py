@@ -1,5 +1,5 @@
 """Kubernetes 1.37's native gang scheduling and the extender side by side, in one run: the scenarios
-and modes of `e2e.four_way` with more trials than its e2e module runs (`python -m bench native_gang`).
+and modes of `testkit.four_way` with more trials than its e2e module runs (`python -m bench native_gang`).
 Default and extender run on the control plane `python -m bench` starts (default gates); native and
 both on a second one with the gates. Figures go to bench-results/native_gang.json; the lines printed
 end with the table for the README.
@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes import client, config
 
 from bench.timing import write_results
-from e2e.four_way import NATIVE_GANGS, RACKS, Trials, run_modes, table
+from testkit.four_way import NATIVE_GANGS, RACKS, Trials, run_modes, table
 from nativedra.cluster import ControlPlane, resolve
 
 BENCH_TRIALS = Trials()

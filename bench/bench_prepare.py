@@ -24,10 +24,10 @@ import yaml
 from kubernetes import client
 
 from bench.timing import Timing, measure, report, write_results
-from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import resolve_profile
 from dra_driver.kubelet_paths import dra_socket, registration_socket
 from dra_driver.published import DeviceKind, DeviceView
+from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, create_fake_node, wait_for
 from nativedra.cluster.commands import NodeDirs

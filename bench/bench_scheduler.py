@@ -12,7 +12,7 @@ decide what the measured one starts from.
 Each size runs two workloads, each in a fresh namespace that is deleted (and waited out) before the
 next, so every workload starts from the same busy state: first with the scheduler alone, then on
 the same nodes with the scheduler restarted to call a `nativedra extender` process over mutual TLS,
-wired as `e2e.extender_harness` wires it (which also sets percentageOfNodesToScore: 100; at these
+wired as `testkit.extender_harness` wires it (which also sets percentageOfNodesToScore: 100; at these
 sizes the scheduler alone looks at every node anyway). The scheduler is restarted for both modes, so
 both start with fresh caches and queues, and both lift its client rate limit (CLIENT), as the
 benchmark plane lifts kube-controller-manager's (CONTROLLER_MANAGER_CLIENT).
@@ -48,8 +48,8 @@ from dra_driver.inventory import Inventory
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.bindings import Bindings
-from e2e.extender_harness import GPU_CLASS, ExtenderCluster, fresh_namespace, gang_pods
+from testkit.bindings import Bindings
+from testkit.extender_harness import GPU_CLASS, ExtenderCluster, fresh_namespace, gang_pods
 from extender.config import RACK_LABEL
 from extender.gang import TOPOLOGY_REQUIRED
 from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES

@@ -42,7 +42,7 @@ from extender.config import ExtenderConfig
 from extender.decide import Decider
 from extender.informer import list_kind
 from extender.state import ClusterState
-from tests import builders
+from testkit import builders
 
 VERBS = ("filter", "prioritize")
 SHAPE_DEVICES = range(2, 8)  # GPUs per pod of the new shapes: none equals a shape asked about before

@@ -1,3 +1,3 @@
 """The nativedra DRA kubelet plugin: discovery, ResourceSlices, kubelet gRPC, CDI."""
 
-DRIVER_NAME = "gpu.nativedra.dev"
+from kube.names import DRIVER_NAME as DRIVER_NAME  # for modules not yet importing kube.names

@@ -26,10 +26,10 @@ from typing import Any
 from kubernetes import client
 from urllib3.exceptions import HTTPError
 
-from dra_driver import DRIVER_NAME
 from dra_driver.cdi_edits import ClaimDevice, limits
 from dra_driver.prepare import ClaimRef
 from dra_driver.published import DeviceKind
+from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_CLAIMS
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ from typing import Any
 from kubernetes import client
 from urllib3.exceptions import HTTPError
 
-from dra_driver import DRIVER_NAME
 from dra_driver.background import BackgroundQueue
 from dra_driver.errors import PrepareError
 from dra_driver.prepare import ClaimRef
+from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_CLAIMS
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 import grpc
 
-from dra_driver import DRIVER_NAME
 from dra_driver.errors import PrepareError
 from dra_driver.prepare import ClaimPreparer, ClaimRef, PreparedDevice
 from dra_driver.proto.gen.dra.v1 import api_pb2 as dra_v1
@@ -27,6 +26,7 @@ from dra_driver.proto.gen.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
 from dra_driver.proto.gen.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
 from dra_driver.proto.gen.pluginregistration.v1 import api_pb2 as registration_pb
 from dra_driver.proto.gen.pluginregistration.v1 import api_pb2_grpc as registration_grpc
+from kube.names import DRIVER_NAME
 
 log = logging.getLogger(__name__)
 # The kubelet takes the first DRAPlugin service it knows; from 1.37 it opens the health stream only

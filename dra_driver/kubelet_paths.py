@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from cmdline.flags import add_flag
-from dra_driver import DRIVER_NAME
+from kube.names import DRIVER_NAME
 
 DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/plugins")

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dra_driver import DRIVER_NAME
+from kube.names import DRIVER_NAME
 
 API_VERSION = f"{DRIVER_NAME}/v1alpha1"
 

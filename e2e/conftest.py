@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from e2e.extender_harness import fresh_namespace
-from e2e.node_plugin import NodePlugin
+from testkit.extender_harness import fresh_namespace
+from testkit.node_plugin import NodePlugin
 from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for
 from nativedra.cluster.commands import NodeDirs
 from nativedra.kubelet_client import make_dev_tree

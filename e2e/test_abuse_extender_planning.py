@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.extender_harness import (
+from testkit.extender_harness import (
     ExtenderCluster,
     bound,
     delete_pods,

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from e2e.dra import allocated_results
-from e2e.extender_harness import fresh_namespace
-from e2e.node_plugin import NodePlugin, plugin_on_own_plane
+from testkit.dra import allocated_results
+from testkit.extender_harness import fresh_namespace
+from testkit.node_plugin import NodePlugin, plugin_on_own_plane
 from nativedra.cluster import wait_for, wait_pod_unschedulable
 from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.objects import claim_template, gpu_pod, published_devices, request

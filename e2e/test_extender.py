@@ -18,7 +18,7 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
+from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
 from extender.config import RACK_LABEL
 from nativedra.cluster import create_fake_node, wait_for, wait_pod_scheduled
 from nativedra.cluster.waits import unschedulable_message

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.extender_harness import (
+from testkit.extender_harness import (
     GPU_CLASS,
     ReplicatedExtenders,
     bound,

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from e2e.dra import allocated_results
-from e2e.extender_harness import fresh_namespace
-from e2e.node_plugin import NodePlugin
+from testkit.dra import allocated_results
+from testkit.extender_harness import fresh_namespace
+from testkit.node_plugin import NodePlugin
 from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for
 from nativedra.cluster.binaries import minor_of
 from nativedra.cluster.commands import NodeDirs

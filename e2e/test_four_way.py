@@ -1,4 +1,4 @@
-"""The gang scenarios of `e2e.four_way` four ways on one Kubernetes release: the default scheduler
+"""The gang scenarios of `testkit.four_way` four ways on one Kubernetes release: the default scheduler
 alone, native gang scheduling, the extender, and native gangs with the extender beside them. The
 extender's promises are asserted in both of its modes (no gang left partly placed, the waiting gang
 whole right after the first one goes, both rack-tie gangs in a rack each, the mixed stream's gangs
@@ -7,7 +7,7 @@ the default scheduler and native alone do is recorded, not asserted: it is what 
 shows. `python -m bench native_gang` runs the same with more trials for the README's table.
 
 Gates beyond the defaults: only on the second control plane of the native modes, as
-`e2e.four_way.NATIVE_GANGS` says (the PodGroup API, the GangScheduling plugin, rack constraints).
+`testkit.four_way.NATIVE_GANGS` says (the PodGroup API, the GangScheduling plugin, rack constraints).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import config
 
-from e2e.four_way import NATIVE_GANGS, Trials, run_modes, table
+from testkit.four_way import NATIVE_GANGS, Trials, run_modes, table
 from nativedra.cluster import ControlPlane, resolve
 
 log = logging.getLogger(__name__)

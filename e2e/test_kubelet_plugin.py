@@ -17,13 +17,13 @@ import yaml
 from kubernetes import client
 
 from cdi.spec import EARLIEST_VERSION
-from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
-from e2e.dra import CDI_PREFIX, allocated_claim, bad_config_template, spec_files, whole_gpu_claim
-from e2e.node_plugin import NodePlugin
+from testkit.dra import CDI_PREFIX, allocated_claim, bad_config_template, spec_files, whole_gpu_claim
+from testkit.node_plugin import NodePlugin
+from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.cluster.controlplane import free_port

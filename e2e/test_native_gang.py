@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from e2e.extender_harness import (
+from testkit.extender_harness import (
     ExtenderCluster,
     bound,
     delete_pods,

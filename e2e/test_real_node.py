@@ -25,9 +25,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from dra_driver import DRIVER_NAME
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from e2e.extender_harness import fresh_namespace
+from testkit.extender_harness import fresh_namespace
+from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
 from nativedra.cluster.realnode import (

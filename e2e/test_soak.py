@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from e2e.soak import run_soak
+from tools.soak import run_soak
 
 
 def test_churn_and_kills_leave_no_stuck_pod_lost_spec_or_double_prepared_device(tmp_path: Path) -> None:

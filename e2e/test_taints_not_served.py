@@ -11,9 +11,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from dra_driver import DRIVER_NAME
-from e2e.extender_harness import fresh_namespace
-from e2e.node_plugin import NodePlugin, plugin_on_own_plane
+from testkit.extender_harness import fresh_namespace
+from testkit.node_plugin import NodePlugin, plugin_on_own_plane
+from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import wait_for, wait_pod_unschedulable
 from nativedra.cluster.binaries import minor_of

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from e2e.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
+from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
 from extender.config import RACK_LABEL
 from kube.resources import JOBSETS
 from nativedra.cluster import wait_for

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from kubernetes import client, dynamic
 
-from dra_driver import DRIVER_NAME
+from kube.names import DRIVER_NAME
 from kube.resources import NATIVE_POD_GROUPS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 FIELD_MANAGER = "nativedra"

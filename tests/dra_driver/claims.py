@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from cdi.store import SpecStore
-from dra_driver import DRIVER_NAME
 from dra_driver.checkpoint import Checkpoint
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.errors import PrepareError
@@ -19,6 +18,7 @@ from dra_driver.prepare import ClaimPreparer, ClaimRef, spec_store
 from dra_driver.publish_config import PublishConfig
 from dra_driver.published import PublishedDevice
 from dra_driver.slices import devices_and_counters
+from kube.names import DRIVER_NAME
 
 NODE = "node-a"
 INVENTORY = load_profile(resolve_profile("h100-8x"))

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver import DRIVER_NAME
 from dra_driver.checkpoint import ClaimRecord, ClaimState
 from dra_driver.device_metadata import render
 from dra_driver.metadata_store import MetadataStore
 from dra_driver.prepare import ClaimRef
+from kube.names import DRIVER_NAME
 from tests.dra_driver.claims import NODE, PUBLISHED, Node, claim, new_claim
 from tests.dra_driver.test_device_metadata import objects
 

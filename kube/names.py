@@ -1,0 +1,25 @@
+"""The names nativedra is known by in the cluster and on the node (DESIGN.md section 3). They live
+at the bottom layer so that the plugin, the extender, the demo and the tests all import one
+spelling; the shipped manifests repeat them, and tests/manifests check that they agree."""
+
+from __future__ import annotations
+
+DRIVER_NAME = "gpu.nativedra.dev"
+"""The DRA driver name, which is also the attribute domain of every device the plugin publishes."""
+
+GPU_NODE_LABEL = "nativedra.dev/gpu-node"
+"""The plugin DaemonSet's nodeSelector: a node with this label set to "true" runs the plugin."""
+
+GPU_CLASS = DRIVER_NAME
+"""The shipped DeviceClasses (manifests/base/deviceclasses.yaml): whole GPUs, ..."""
+FRACTION_CLASS = "gpu-fraction.nativedra.dev"
+"""... fixed fractions of a GPU, ..."""
+MIG_CLASS = "gpu-mig.nativedra.dev"
+"""... MIG partitions, ..."""
+SHARE_CLASS = "gpu-share.nativedra.dev"
+"""... and consumable shares."""
+
+CDI_VENDOR = f"k8s.{DRIVER_NAME}"
+CDI_CLASS = "claim"
+CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
+"""The kind of the plugin's per-claim CDI specs; their device ids are `<kind>=<claim UID>-<device>`."""
