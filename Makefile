@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-PACKAGES := nativedra dra_driver cdi extender kube cmdline fsutil e2e hardware
+PACKAGES := nativedra dra_driver cdi extender kube cmdline fsutil e2e hardware testkit tools
 # A real node needs root (kubelet, containerd, mknod); elsewhere its tests skip and say why.
 REAL_NODE_BUILD := $(if $(filter 0,$(shell id -u)),--real-node --image-source .,)
 
@@ -43,7 +43,7 @@ e2e: venv
 test: lint
 	$(BIN)/python -m dra_driver.proto.generate --check
 	$(BIN)/nativedra cluster build --with jobset,lws $(REAL_NODE_BUILD) >/dev/null
-	$(BIN)/pytest -ra $(PYTEST_ARGS)
+	$(BIN)/pytest -ra --durations=25 $(PYTEST_ARGS)
 
 # The image of this tree, built with podman (on a Debian base built locally when no registry answers).
 image: venv
@@ -58,14 +58,14 @@ bench: venv
 # 10 minutes of churn with the extender and a plugin SIGKILLed twice each (CI runs a 90 s one).
 soak: venv
 	$(BIN)/nativedra cluster build >/dev/null
-	$(BIN)/python -m e2e.soak --seconds 600
+	$(BIN)/python -m tools.soak --seconds 600
 
 # The plugin and extender e2e on 1.34, 1.35, 1.36 and 1.37, each with its default feature gates, and
 # a per-version summary (not in CI: builds each release once, about 5 minutes each on 2 cores, then
 # 3 minutes of tests per release on 1.36/1.37, 4-8 on 1.34/1.35 where partition tests time out).
 MATRIX_VERSIONS ?= v1.34.4,v1.35.4,v1.36.2,v1.37.2
 test-matrix: venv
-	$(BIN)/python -m e2e.matrix --versions $(MATRIX_VERSIONS) -- $(PYTEST_ARGS)
+	$(BIN)/python -m tools.matrix --versions $(MATRIX_VERSIONS) -- $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

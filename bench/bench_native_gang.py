@@ -19,8 +19,8 @@ from typing import Any
 from kubernetes import client, config
 
 from bench.timing import write_results
-from testkit.four_way import NATIVE_GANGS, RACKS, Trials, run_modes, table
 from nativedra.cluster import ControlPlane, resolve
+from testkit.four_way import NATIVE_GANGS, RACKS, Trials, run_modes, table
 
 BENCH_TRIALS = Trials()
 

@@ -48,8 +48,6 @@ from dra_driver.inventory import Inventory
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from testkit.bindings import Bindings
-from testkit.extender_harness import GPU_CLASS, ExtenderCluster, fresh_namespace, gang_pods
 from extender.config import RACK_LABEL
 from extender.gang import TOPOLOGY_REQUIRED
 from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -58,6 +56,8 @@ from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.pki import extender_tls
 from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.objects import apply_file, claim_template, create_claim, device_classes, gpu_pod, request
+from testkit.bindings import Bindings
+from testkit.extender_harness import GPU_CLASS, ExtenderCluster, fresh_namespace, gang_pods
 
 RACK_SIZE = 16
 GANG_SIZE = 8

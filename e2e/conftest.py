@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from testkit.extender_harness import fresh_namespace
-from testkit.node_plugin import NodePlugin
 from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for
 from nativedra.cluster.commands import NodeDirs
 from nativedra.kubelet_client import make_dev_tree
 from nativedra.objects import apply_file, device_classes, published_devices
+from testkit.extender_harness import fresh_namespace
+from testkit.node_plugin import NodePlugin
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from extender.config import RACK_LABEL
+from nativedra.cluster import wait_for
+from nativedra.cluster.waits import unschedulable_message
 from testkit.extender_harness import (
     ExtenderCluster,
     bound,
@@ -21,9 +24,6 @@ from testkit.extender_harness import (
     gang_pods,
     settled_placement,
 )
-from extender.config import RACK_LABEL
-from nativedra.cluster import wait_for
-from nativedra.cluster.waits import unschedulable_message
 
 TEST_LABEL = "e2e.nativedra.dev/test"
 ROUNDS = 20

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from testkit.dra import allocated_claim, bad_config_template, spec_files, whole_gpu_claim
-from testkit.node_plugin import NodePlugin
 from nativedra.cluster import wait_for
 from nativedra.kubelet_client import prepare
 from nativedra.objects import claim_key, gpu_pod
+from testkit.dra import allocated_claim, bad_config_template, spec_files, whole_gpu_claim
+from testkit.node_plugin import NodePlugin
 
 pytestmark = pytest.mark.usefixtures("device_classes_applied")
 

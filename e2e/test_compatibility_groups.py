@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from testkit.dra import allocated_results
-from testkit.extender_harness import fresh_namespace
-from testkit.node_plugin import NodePlugin, plugin_on_own_plane
 from nativedra.cluster import wait_for, wait_pod_unschedulable
 from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.objects import claim_template, gpu_pod, published_devices, request
+from testkit.dra import allocated_results
+from testkit.extender_harness import fresh_namespace
+from testkit.node_plugin import NodePlugin, plugin_on_own_plane
 
 NODE = "mode-node"
 COMPATIBILITY_GROUPS = Features(

@@ -18,11 +18,11 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
 from extender.config import RACK_LABEL
 from nativedra.cluster import create_fake_node, wait_for, wait_pod_scheduled
 from nativedra.cluster.waits import unschedulable_message
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
+from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
 
 TEST_LABEL = "e2e.nativedra.dev/test"
 

@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from extender.config import RACK_LABEL
+from nativedra.cluster import wait_for
+from nativedra.cluster.waits import unschedulable_message
+from nativedra.objects import claim_template, gpu_pod, request
 from testkit.extender_harness import (
     GPU_CLASS,
     ReplicatedExtenders,
@@ -26,10 +30,6 @@ from testkit.extender_harness import (
     replicated_extender_cluster,
     settled_placement,
 )
-from extender.config import RACK_LABEL
-from nativedra.cluster import wait_for
-from nativedra.cluster.waits import unschedulable_message
-from nativedra.objects import claim_template, gpu_pod, request
 
 TEST_LABEL = "e2e.nativedra.dev/test"
 GANG_SIZE = 4

@@ -14,9 +14,6 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from testkit.dra import allocated_results
-from testkit.extender_harness import fresh_namespace
-from testkit.node_plugin import NodePlugin
 from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for
 from nativedra.cluster.binaries import minor_of
 from nativedra.cluster.commands import NodeDirs
@@ -24,6 +21,9 @@ from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.cluster.waits import WaitTimeoutError, unschedulable_message, wait_pod_scheduled
 from nativedra.kubelet_client import make_dev_tree
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, published_devices, request
+from testkit.dra import allocated_results
+from testkit.extender_harness import fresh_namespace
+from testkit.node_plugin import NodePlugin
 
 GATES_ON_BY_DEFAULT = 36  # DRAPartitionableDevices and DRAConsumableCapacity went beta in 1.36
 GATES_OFF = Features(

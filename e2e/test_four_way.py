@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from kubernetes import config
 
-from testkit.four_way import NATIVE_GANGS, Trials, run_modes, table
 from nativedra.cluster import ControlPlane, resolve
+from testkit.four_way import NATIVE_GANGS, Trials, run_modes, table
 
 log = logging.getLogger(__name__)
 TRIALS = Trials(two_gangs_churn_s=(0.0,), rack_ties=2, mixed_streams=1)

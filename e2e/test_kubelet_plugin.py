@@ -21,8 +21,6 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
-from testkit.dra import CDI_PREFIX, allocated_claim, bad_config_template, spec_files, whole_gpu_claim
-from testkit.node_plugin import NodePlugin
 from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
@@ -36,6 +34,8 @@ from nativedra.objects import (
     published_devices,
     request,
 )
+from testkit.dra import CDI_PREFIX, allocated_claim, bad_config_template, spec_files, whole_gpu_claim
+from testkit.node_plugin import NodePlugin
 
 pytestmark = pytest.mark.usefixtures("device_classes_applied")
 

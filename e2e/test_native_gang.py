@@ -21,6 +21,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from extender.config import RACK_LABEL
+from kube.resources import NATIVE_POD_GROUPS
+from nativedra.cluster import wait_for
+from nativedra.cluster.components import Features
+from nativedra.cluster.waits import unschedulable_message
 from testkit.extender_harness import (
     ExtenderCluster,
     bound,
@@ -30,11 +35,6 @@ from testkit.extender_harness import (
     native_gang_pods,
     settled_placement,
 )
-from extender.config import RACK_LABEL
-from kube.resources import NATIVE_POD_GROUPS
-from nativedra.cluster import wait_for
-from nativedra.cluster.components import Features
-from nativedra.cluster.waits import unschedulable_message
 
 NATIVE_GANGS = Features(
     {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True},

@@ -17,7 +17,6 @@ from dra_driver.discovery.simulated import load_profile, packaged_profiles, reso
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher, same_spec
 from dra_driver.slices import build_slices
-from testkit.dra import allocated_results
 from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.objects import (
@@ -29,6 +28,7 @@ from nativedra.objects import (
     published_devices,
     request,
 )
+from testkit.dra import allocated_results
 
 DOMAIN = "gpu.nativedra.dev"
 GPU_CLASS = "gpu.nativedra.dev"

@@ -26,12 +26,11 @@ import yaml
 from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from testkit.extender_harness import fresh_namespace
-from kube.names import DRIVER_NAME
+from dra_driver.kubelet_paths import DEFAULT_CDI_DIR
+from kube.names import CDI_CLASS, CDI_VENDOR, DRIVER_NAME, GPU_NODE_LABEL
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
 from nativedra.cluster.realnode import (
-    CDI_DIR,
     NVIDIA_MAJOR,
     NVIDIACTL_MINOR,
     SIMULATED_ROOT,
@@ -40,6 +39,7 @@ from nativedra.cluster.realnode import (
 )
 from nativedra.cluster.waits import describe_pod
 from nativedra.objects import apply_documents, apply_file, device_classes, published_devices
+from testkit.extender_harness import fresh_namespace
 
 REPO = Path(__file__).resolve().parent.parent
 OVERLAY = REPO / "manifests" / "overlays" / "simulated-node"
@@ -133,7 +133,7 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         pytest.skip(reason)
     plane = ControlPlane(state_dir=Path(tmp_path_factory.mktemp("real-node-cluster")), binaries=resolve())
     plane.start()
-    node = RealNode(plane, NODE, labels={"nativedra.dev/gpu-node": "true"}, repo=REPO)
+    node = RealNode(plane, NODE, labels={GPU_NODE_LABEL: "true"}, repo=REPO)
     try:
         try:
             node.start()
@@ -239,7 +239,7 @@ def expected_nodes(uuids: list[str]) -> dict[str, tuple[int, int]]:
 
 
 def claim_spec_files() -> set[str]:
-    return {p.name for p in CDI_DIR.glob("k8s.gpu.nativedra.dev-claim_*.yaml")}
+    return {p.name for p in DEFAULT_CDI_DIR.glob(f"{CDI_VENDOR}-{CDI_CLASS}_*.yaml")}
 
 
 def test_two_gpus_same_numa_see_exactly_their_devices(real_node: Node) -> None:
@@ -253,7 +253,7 @@ def test_two_gpus_same_numa_see_exactly_their_devices(real_node: Node) -> None:
         assert seen.devices == expected_nodes(uuids), f"container saw {seen.devices}"
         assert sorted(seen.env["NATIVEDRA_GPU_UUIDS"].split(",")) == sorted(uuids)
         # The claim comes from a template: its pod claim name and request name the file (KEP-5304).
-        assert seen.metadata == [f"{METADATA_DIR}/resourceclaimtemplates/gpus/gpus/gpu.nativedra.dev-metadata.json"]
+        assert seen.metadata == [f"{METADATA_DIR}/resourceclaimtemplates/gpus/gpus/{DRIVER_NAME}-metadata.json"]
         # The plugin, as the DaemonSet's service account, reports each device in the claim's status
         # (allowed by the fine-grained `resourceclaims/driver` `associated-node:patch` rule).
         claim_name = pod_claim_name(real_node, namespace, pod)
@@ -295,7 +295,7 @@ def test_pod_deletion_unprepares_and_removes_the_cdi_spec(real_node: Node) -> No
         (pod,) = run_example(real_node, EXAMPLES / "one-gpu.yaml", namespace)
         running_probe(real_node, namespace, pod)
         claim = RESOURCE_CLAIMS.get(real_node.api, pod_claim_name(real_node, namespace, pod), namespace)
-        spec = f"k8s.gpu.nativedra.dev-claim_{claim['metadata']['uid']}.yaml"
+        spec = f"{CDI_VENDOR}-{CDI_CLASS}_{claim['metadata']['uid']}.yaml"
         assert spec in claim_spec_files() - before
         real_node.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
         wait_for(

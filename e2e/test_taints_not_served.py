@@ -11,14 +11,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from testkit.extender_harness import fresh_namespace
-from testkit.node_plugin import NodePlugin, plugin_on_own_plane
 from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import wait_for, wait_pod_unschedulable
 from nativedra.cluster.binaries import minor_of
 from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.objects import claim_template, gpu_pod, published_devices, request
+from testkit.extender_harness import fresh_namespace
+from testkit.node_plugin import NodePlugin, plugin_on_own_plane
 
 NODE = "taint-node"
 NO_TAINTS = Features(

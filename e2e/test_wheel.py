@@ -36,7 +36,7 @@ def test_wheel_installed_in_a_fresh_venv_runs_outside_the_checkout(tmp_path: Pat
     assert "nativedra/data/deviceclasses.yaml" in names
     assert "nativedra/data/examples/one-gpu.yaml" in names
     assert "dra_driver/profiles/h100-8x.yaml" in names
-    assert not [n for n in names if "conftest" in n or n.startswith(("e2e/", "tests/"))]
+    assert not [n for n in names if "conftest" in n or n.startswith(("e2e/", "tests/", "testkit/", "tools/", "bench/"))]
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)

@@ -3,7 +3,7 @@ plugin processes prepare what is bound (played kubelet), the extender and a plug
 twice each. Afterwards: no pod stuck that could fit, no CDI spec lost for a prepared claim, no
 device prepared for two claims at once, extender RSS within 10% of its warmed-up level.
 
-`python -m e2e.soak --seconds 600` (`make soak`); CI runs a shorter one (e2e/test_soak.py)."""
+`python -m tools.soak --seconds 600` (`make soak`); CI runs a shorter one (e2e/test_soak.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,6 @@ import yaml
 from kubernetes import client
 
 from dra_driver.kubelet_paths import dra_socket
-from e2e.extender_harness import ExtenderCluster, extender_cluster
-from e2e.node_plugin import NodePlugin
 from extender.config import RACK_LABEL
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
 from kube.pods import pod_claim_names
@@ -31,6 +29,8 @@ from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import create_fake_node
 from nativedra.kubelet_client import make_dev_tree, prepare, unprepare
 from nativedra.objects import claim_key, claim_template, gpu_pod, published_devices, request
+from testkit.extender_harness import ExtenderCluster, extender_cluster
+from testkit.node_plugin import NodePlugin
 
 NAMESPACE = "soak"
 GPU_CLASS = "gpu.nativedra.dev"

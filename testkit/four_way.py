@@ -27,7 +27,7 @@ Scenarios, each in a fresh namespace:
   1-GPU pods (A0, three pods, B0, three pods, A1, ...): 44 of the 48 GPUs, which all fit only if
   the 1-GPU pods leave two whole nodes in each of two racks. Gangs whole, partly placed, rack
   violations, 1-GPU pods bound, seconds until every gang is whole, and pods bound per second.
-Bind times come from a watch on the namespace (`e2e.bindings.Bindings`).
+Bind times come from a watch on the namespace (`testkit.bindings.Bindings`).
 """
 
 from __future__ import annotations
@@ -46,16 +46,6 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.bindings import Bindings
-from e2e.extender_harness import (
-    GPU_CLASS,
-    ExtenderCluster,
-    delete_pods,
-    fresh_namespace,
-    gang_pods,
-    native_gang_pods,
-    settled_placement,
-)
 from extender.config import RACK_LABEL
 from extender.gang import TOPOLOGY_REQUIRED
 from nativedra.cluster import ControlPlane, create_fake_node
@@ -64,6 +54,16 @@ from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.pki import extender_tls
 from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
+from testkit.bindings import Bindings
+from testkit.extender_harness import (
+    GPU_CLASS,
+    ExtenderCluster,
+    delete_pods,
+    fresh_namespace,
+    gang_pods,
+    native_gang_pods,
+    settled_placement,
+)
 
 RACKS = {"rack-a": 3, "rack-b": 2, "rack-c": 1}
 GPUS = 8  # per node, and per gang member: a member takes a whole node

@@ -22,7 +22,6 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
-from e2e.tcp_balancer import TcpBalancer
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from nativedra.cluster.components import DEFAULTS, Features
@@ -31,6 +30,7 @@ from nativedra.cluster.pki import ExtenderTls, extender_tls
 from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.cluster.waits import http_ok, unschedulable_message
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, native_pod_group, request
+from testkit.tcp_balancer import TcpBalancer
 
 GPU_CLASS = "gpu.nativedra.dev"
 

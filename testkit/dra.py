@@ -9,12 +9,12 @@ from kubernetes import client
 
 from dra_driver import DRIVER_NAME
 from dra_driver.cdi_edits import CDI_VENDOR
-from e2e.node_plugin import NodePlugin
 from kube.pods import pod_claim_names
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import wait_for
 from nativedra.cluster.waits import describe_pod
 from nativedra.objects import claim_template, gpu_pod, request
+from testkit.node_plugin import NodePlugin
 
 
 def pod_claim(api: client.ApiClient, namespace: str, pod: str) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 gates, as the clusters users run (1.34/1.35 on most managed offerings): which rows of the README's
 version table work on which release.
 
-`python -m e2e.matrix [--versions v1.34.4,v1.35.4]` (`make test-matrix`; not in CI: it builds every
+`python -m tools.matrix [--versions v1.34.4,v1.35.4]` (`make test-matrix`; not in CI: it builds every
 release's control plane once, 5-10 minutes each on 2 cores, then runs the modules per release)."""
 
 from __future__ import annotations
