@@ -13,8 +13,9 @@ from pathlib import Path
 from cmdline.flags import add_flag
 from kube.names import DRIVER_NAME
 
-DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
-DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/plugins")
+KUBELET_ROOT = Path("/var/lib/kubelet")  # the kubelet's --root-dir default
+DEFAULT_REGISTRY_DIR = KUBELET_ROOT / "plugins_registry"
+DEFAULT_PLUGIN_DIR = KUBELET_ROOT / "plugins"
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
 CDI_SEARCH_DIRS = (Path("/etc/cdi"), DEFAULT_CDI_DIR)  # where runtimes look for (vendor) CDI specs
 DEFAULT_DEV_ROOT = Path("/dev")

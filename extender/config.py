@@ -10,6 +10,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from kube.names import DRIVER_NAME
+
 ZONE_LABEL = "topology.kubernetes.io/zone"
 BLOCK_LABEL = "nativedra.dev/block"
 RACK_LABEL = "nativedra.dev/rack"
@@ -54,7 +56,7 @@ class ExtenderConfig(BaseModel):
     plan_budget_seconds: Annotated[float, Field(gt=0)] = 2.0
     # A ceiling on gang size below what the cluster could ever hold (that one always applies).
     max_gang_size: Annotated[int, Field(ge=1)] | None = None
-    driver: str = "gpu.nativedra.dev"
+    driver: str = DRIVER_NAME
     weights: ScoreWeights = ScoreWeights()
     # A pod outside every gang may be answered from a plan up to this old when only usage moved
     # since (GPUs freed or taken: no gang member, claim or class changed); a background planner

@@ -14,11 +14,12 @@ import yaml
 from kubernetes import config
 
 from cmdline.flags import add_flag
+from kube.names import GPU_NODE_LABEL
 from nativedra.cluster import binaries
 from nativedra.cluster.addons import ADDONS, Addon, build_addon, start_addon
 from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, recorded_state, stop_recorded
 from nativedra.cluster.image import build_image
-from nativedra.cluster.realnode import GPU_NODE_LABEL, RealNode, prepare_real_node, teardown_recorded
+from nativedra.cluster.realnode import RealNode, prepare_real_node, teardown_recorded
 
 
 def default_state_dir() -> Path:

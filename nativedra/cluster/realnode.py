@@ -27,6 +27,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, KUBELET_ROOT
+from kube.names import CDI_VENDOR
 from nativedra.cluster import pki
 from nativedra.cluster.binaries import build_kubernetes
 from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, free_port
@@ -38,9 +40,6 @@ from nativedra.cluster.processes import alive, tail
 
 log = logging.getLogger(__name__)
 
-KUBELET_ROOT = Path("/var/lib/kubelet")
-CDI_DIR = Path("/var/run/cdi")
-POD_LOGS = Path("/var/log/pods")
 # The simulated-node overlay mounts this host directory: dev/ is the plugin's --dev-root and
 # faults.yaml its --fault-file.
 SIMULATED_ROOT = Path("/var/lib/nativedra/simulated")
@@ -52,7 +51,6 @@ NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
 CRI_NAMESPACE = "k8s.io"
 RECORD_KEY = "realNode"
-GPU_NODE_LABEL = "nativedra.dev/gpu-node"  # the plugin DaemonSet's nodeSelector
 READY_TIMEOUT_S = 120.0
 
 
@@ -125,7 +123,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   enable_unprivileged_ports = false
   enable_unprivileged_icmp = false
   restrict_oom_score_adj = true
-  cdi_spec_dirs = ["{CDI_DIR}"]
+  cdi_spec_dirs = ["{DEFAULT_CDI_DIR}"]
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
@@ -269,8 +267,8 @@ def prepare_kubelet_root() -> None:
     shutil.rmtree(KUBELET_ROOT, ignore_errors=True)
     KUBELET_ROOT.mkdir(parents=True)
     (KUBELET_ROOT / MARKER).write_text("made by nativedra's local real node; emptied on its next start\n")
-    CDI_DIR.mkdir(parents=True, exist_ok=True)
-    for spec in CDI_DIR.glob("k8s.gpu.nativedra.dev*"):
+    DEFAULT_CDI_DIR.mkdir(parents=True, exist_ok=True)
+    for spec in DEFAULT_CDI_DIR.glob(f"{CDI_VENDOR}*"):
         spec.unlink()
 
 

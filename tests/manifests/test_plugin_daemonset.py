@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR
+from kube.names import GPU_NODE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER_ROOT = "/driver-root"
@@ -56,6 +57,10 @@ def test_the_plugin_runs_as_root_with_privileges(pod_spec: dict[str, Any]) -> No
     )
     assert context.get("privileged") is True
     assert context.get("readOnlyRootFilesystem") is True
+
+
+def test_the_plugin_runs_on_the_nodes_labelled_for_it(pod_spec: dict[str, Any]) -> None:
+    assert pod_spec["nodeSelector"] == {GPU_NODE_LABEL: "true"}, "the local real node sets this label"
 
 
 def test_kubelet_dirs_are_mounted_at_the_paths_the_plugin_reports(pod_spec: dict[str, Any]) -> None:

@@ -13,12 +13,12 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from dra_driver.kubelet_paths import DEFAULT_CDI_DIR
 from nativedra.cluster import pki
 from nativedra.cluster.image import source_digest
 from nativedra.cluster.node_runtime import NodeRuntime
 from nativedra.cluster.processes import Supervisor, running, stop_recorded
 from nativedra.cluster.realnode import (
-    CDI_DIR,
     NVIDIA_MAJOR,
     NVIDIACTL_MINOR,
     cni_config,
@@ -38,7 +38,7 @@ def test_containerd_config_serves_cri_with_cdi_on_runc_from_the_node_dir(tmp_pat
     socket = plugins["io.containerd.server.v1.grpc"]["address"]
     assert socket.startswith(str(tmp_path)) and len(socket) < 108, "a unix socket path must fit sun_path"
     runtime = plugins["io.containerd.cri.v1.runtime"]
-    assert runtime["cdi_spec_dirs"] == [str(CDI_DIR)], "the runtime reads the specs the plugin writes"
+    assert runtime["cdi_spec_dirs"] == [str(DEFAULT_CDI_DIR)], "the runtime reads the specs the plugin writes"
     assert runtime["restrict_oom_score_adj"] is True, "a negative oom_score_adj needs CAP_SYS_RESOURCE"
     runc = runtime["containerd"]["runtimes"]["runc"]["options"]
     assert runc == {"BinaryName": "/usr/sbin/runc", "SystemdCgroup": False}
