@@ -27,7 +27,7 @@ from bench.timing import Timing, measure, report, write_results
 from dra_driver.discovery.simulated import resolve_profile
 from dra_driver.kubelet_paths import dra_socket, registration_socket
 from dra_driver.published import DeviceKind, DeviceView
-from kube.names import DRIVER_NAME
+from kube.names import DRIVER_NAME, FRACTION_CLASS
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, create_fake_node, wait_for
 from nativedra.cluster.commands import NodeDirs
@@ -69,7 +69,7 @@ def _claims(api: client.ApiClient, namespace: str, devices: list[str]) -> list[t
     keys = []
     for number, device in enumerate(devices):
         name = f"claim-{number:03d}"
-        created = create_claim(api, namespace, name, [request("gpus", "gpu-fraction.nativedra.dev")])
+        created = create_claim(api, namespace, name, [request("gpus", FRACTION_CLASS)])
         created["status"] = {
             "allocation": {
                 "devices": {"results": [{"request": "gpus", "driver": DRIVER_NAME, "pool": NODE, "device": device}]},

@@ -50,6 +50,7 @@ from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
 from extender.config import RACK_LABEL
 from extender.gang import TOPOLOGY_REQUIRED
+from kube.names import DRIVER_NAME, GPU_CLASS
 from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, create_fake_node, wait_for
 from nativedra.cluster.controlplane import free_port
@@ -57,7 +58,7 @@ from nativedra.cluster.pki import extender_tls
 from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.objects import apply_file, claim_template, create_claim, device_classes, gpu_pod, request
 from testkit.bindings import Bindings
-from testkit.extender_harness import GPU_CLASS, ExtenderCluster, fresh_namespace, gang_pods
+from testkit.extender_harness import ExtenderCluster, fresh_namespace, gang_pods
 
 RACK_SIZE = 16
 GANG_SIZE = 8
@@ -135,7 +136,7 @@ def _occupy(api: client.ApiClient, namespace: str, node: str) -> None:
         "terminationGracePeriodSeconds": 0,
     }
     pod = client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": {"name": node}, "spec": spec})
-    results = [{"request": "gpus", "driver": GPU_CLASS, "pool": node, "device": f"gpu-{i}"} for i in range(GPUS)]
+    results = [{"request": "gpus", "driver": DRIVER_NAME, "pool": node, "device": f"gpu-{i}"} for i in range(GPUS)]
     only_node = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
     claim["status"] = {
         "allocation": {"devices": {"results": results}, "nodeSelector": {"nodeSelectorTerms": [only_node]}},

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from extender.config import RACK_LABEL
+from kube.names import GPU_CLASS
 from nativedra.cluster import wait_for
 from nativedra.cluster.waits import unschedulable_message
 from nativedra.objects import claim_template, gpu_pod, request
 from testkit.extender_harness import (
-    GPU_CLASS,
     ReplicatedExtenders,
     bound,
     fresh_namespace,

@@ -18,8 +18,9 @@ from extender.config import RACK_LABEL
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape, NativeGroup
 from extender.model import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
+from kube.names import DRIVER_NAME
 
-DRIVER = "gpu.nativedra.dev"
+DRIVER = DRIVER_NAME
 GPU = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"
 FRACTION = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'fraction'"
 GPU_CLASS: dict[str, Any] = {"metadata": {"name": DRIVER}, "spec": {"selectors": [{"cel": {"expression": GPU}}]}}

@@ -7,8 +7,8 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_driver import DRIVER_NAME
-from dra_driver.cdi_edits import CDI_VENDOR
+from dra_driver.opaque_config import API_VERSION
+from kube.names import CDI_CLASS, CDI_VENDOR, DRIVER_NAME, GPU_CLASS
 from kube.pods import pod_claim_names
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import wait_for
@@ -49,12 +49,12 @@ def whole_gpu_claim(
     """A pod on `node` with a claim for one whole GPU (GPU `index` if given), once allocated."""
     selector = f"device.attributes['{DRIVER_NAME}'].index == {index}" if index is not None else None
     template = f"{pod}-tpl"
-    claim_template(api, namespace, template, [request("gpus", DRIVER_NAME, selector)])
+    claim_template(api, namespace, template, [request("gpus", GPU_CLASS, selector)])
     gpu_pod(api, namespace, pod, template, node=node)
     return allocated_claim(api, namespace, pod)
 
 
-CDI_PREFIX = f"{CDI_VENDOR}-claim_"  # a claim's spec file: <prefix><claim UID>.yaml
+CDI_PREFIX = f"{CDI_VENDOR}-{CDI_CLASS}_"  # a claim's spec file: <prefix><claim UID>.yaml
 
 
 def spec_files(plugin: NodePlugin) -> list[Path]:
@@ -67,10 +67,10 @@ def bad_config_template(api: client.ApiClient, namespace: str, name: str = "bad-
     bad_config = {
         "driver": DRIVER_NAME,
         "parameters": {
-            "apiVersion": f"{DRIVER_NAME}/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "GpuConfig",
             "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 300}},
         },
     }
-    gpus = request("gpus", "gpu.nativedra.dev")  # the whole-GPU DeviceClass
+    gpus = request("gpus", GPU_CLASS)
     claim_template(api, namespace, name, [gpus], config=[{"requests": ["gpus"], "opaque": bad_config}])

@@ -22,6 +22,7 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
+from kube.names import GPU_CLASS
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from nativedra.cluster.components import DEFAULTS, Features
@@ -31,8 +32,6 @@ from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.cluster.waits import http_ok, unschedulable_message
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, native_pod_group, request
 from testkit.tcp_balancer import TcpBalancer
-
-GPU_CLASS = "gpu.nativedra.dev"
 
 
 @dataclass

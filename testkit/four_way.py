@@ -48,6 +48,7 @@ from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
 from extender.config import RACK_LABEL
 from extender.gang import TOPOLOGY_REQUIRED
+from kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node
 from nativedra.cluster.components import Features
 from nativedra.cluster.controlplane import free_port
@@ -56,7 +57,6 @@ from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 from testkit.bindings import Bindings
 from testkit.extender_harness import (
-    GPU_CLASS,
     ExtenderCluster,
     delete_pods,
     fresh_namespace,

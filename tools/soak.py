@@ -24,6 +24,7 @@ from kubernetes import client
 from dra_driver.kubelet_paths import dra_socket
 from extender.config import RACK_LABEL
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
+from kube.names import GPU_CLASS
 from kube.pods import pod_claim_names
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import create_fake_node
@@ -33,7 +34,6 @@ from testkit.extender_harness import ExtenderCluster, extender_cluster
 from testkit.node_plugin import NodePlugin
 
 NAMESPACE = "soak"
-GPU_CLASS = "gpu.nativedra.dev"
 GANG_SIZE_PODS = 3
 
 

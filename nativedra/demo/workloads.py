@@ -7,6 +7,7 @@ from kubernetes import client
 
 from extender.config import RACK_LABEL
 from extender.gang import GANG, GANG_SIZE, JOBSET_NAME, TOPOLOGY_REQUIRED
+from kube.names import GPU_CLASS
 from nativedra.objects import apply_file, claim_template, gpu_pod, request, shipped
 from nativedra.workloads import ReplicatedJob, create_jobset, create_lws, pods_with
 
@@ -55,12 +56,12 @@ def gang_workloads(api: client.ApiClient) -> None:
     """A training JobSet of 2 Jobs x 2 pods x 2 GPUs with exclusive rack placement (each Job alone
     in a rack), a LeaderWorkerSet group of 2 pods, and a pretraining gang too big for any rack (it
     waits whole, with the reason)."""
-    claim_template(api, DEMO_NAMESPACE, "two-gpus", [request("gpus", "gpu.nativedra.dev", count=2)])
+    claim_template(api, DEMO_NAMESPACE, "two-gpus", [request("gpus", GPU_CLASS, count=2)])
     workers = ReplicatedJob("workers", replicas=2, parallelism=2, template="two-gpus")
     create_jobset(api, DEMO_NAMESPACE, "train", [workers], {}, exclusive_topology=RACK_LABEL)
     create_lws(api, DEMO_NAMESPACE, "serve", replicas=1, size=2, template="two-gpus", node_selector={})
     # 3 pods x 4 GPUs in one rack can never fit: a rack has 2 H100 nodes with 6 whole GPUs each.
-    claim_template(api, DEMO_NAMESPACE, "four-gpus", [request("gpus", "gpu.nativedra.dev", count=4)])
+    claim_template(api, DEMO_NAMESPACE, "four-gpus", [request("gpus", GPU_CLASS, count=4)])
     _gang(api, "pretrain", 3, "four-gpus", {TOPOLOGY_REQUIRED: RACK_LABEL})
 
 
