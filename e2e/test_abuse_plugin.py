@@ -13,7 +13,7 @@ from kubernetes import client
 from nativedra.cluster import wait_for
 from nativedra.kubelet_client import prepare
 from nativedra.objects import claim_key, gpu_pod
-from testkit.dra import allocated_claim, bad_config_template, spec_files, whole_gpu_claim
+from testkit.dra import CDI_PREFIX, allocated_claim, bad_config_template, spec_files, whole_gpu_claim
 from testkit.node_plugin import NodePlugin
 
 pytestmark = pytest.mark.usefixtures("device_classes_applied")
@@ -66,7 +66,7 @@ def test_a_claim_named_three_times_is_prepared_once_and_a_malformed_uid_is_refus
         error = refused.claims[uid].error
         assert f"claim {namespace}/thrice: field uid {uid!r} is not a Kubernetes UID" in error
     assert "Traceback" not in plugin.log.read_text()
-    assert [path.name for path in spec_files(plugin)] == [f"k8s.gpu.nativedra.dev-claim_{key[1]}.yaml"]
+    assert [path.name for path in spec_files(plugin)] == [f"{CDI_PREFIX}{key[1]}.yaml"]
 
 
 def test_a_claim_that_cannot_be_prepared_gets_one_warning_event_on_it_and_its_pod(

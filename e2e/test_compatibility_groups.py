@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
+from kube.names import DRIVER_NAME, FRACTION_CLASS, MIG_CLASS
 from nativedra.cluster import wait_for, wait_pod_unschedulable
 from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.objects import claim_template, gpu_pod, published_devices, request
@@ -22,8 +23,8 @@ COMPATIBILITY_GROUPS = Features(
     {"DRADeviceCompatibilityGroups": True},
     why="compatibility groups are alpha in 1.37: without the gate the API server drops them",
 )
-ON_GPU_0 = "device.attributes['gpu.nativedra.dev'].index == 0"
-ON_GPU_1 = "device.attributes['gpu.nativedra.dev'].index == 1"
+ON_GPU_0 = f"device.attributes['{DRIVER_NAME}'].index == 0"
+ON_GPU_1 = f"device.attributes['{DRIVER_NAME}'].index == 1"
 
 
 @pytest.fixture(params=[COMPATIBILITY_GROUPS, DEFAULTS], ids=["gate-on", "defaults"])
@@ -50,8 +51,8 @@ def test_each_gpu_gets_one_mode_or_the_fixed_split(plugin_on: tuple[client.ApiCl
     stored = devices["gpu-0-1g-10gb-0"]["consumesCounters"][0]  # type: ignore[index]
     assert stored["compatibilityGroups"] == ["mig"], "the API server keeps the groups with the gate on"
     with fresh_namespace(api, "mode") as namespace:
-        claim_template(api, namespace, "mig-0", [request("mig", "gpu-mig.nativedra.dev", ON_GPU_0)])
-        claim_template(api, namespace, "quarter-0", [request("part", "gpu-fraction.nativedra.dev", ON_GPU_0)])
+        claim_template(api, namespace, "mig-0", [request("mig", MIG_CLASS, ON_GPU_0)])
+        claim_template(api, namespace, "quarter-0", [request("part", FRACTION_CLASS, ON_GPU_0)])
         gpu_pod(api, namespace, "mig", "mig-0")
         (placed,) = allocated_results(api, namespace, "mig")
         assert placed["device"].startswith("gpu-0-") and "of" not in placed["device"]
@@ -59,7 +60,7 @@ def test_each_gpu_gets_one_mode_or_the_fixed_split(plugin_on: tuple[client.ApiCl
         reason = wait_pod_unschedulable(api, namespace, "quarter")
         assert "cannot allocate all claims" in reason, reason
         # The same fraction on another GPU, whose mode is still open, is allocated.
-        claim_template(api, namespace, "quarter-1", [request("part", "gpu-fraction.nativedra.dev", ON_GPU_1)])
+        claim_template(api, namespace, "quarter-1", [request("part", FRACTION_CLASS, ON_GPU_1)])
         gpu_pod(api, namespace, "quarter-elsewhere", "quarter-1")
         (elsewhere,) = allocated_results(api, namespace, "quarter-elsewhere")
         assert elsewhere["device"].startswith("gpu-1-1of")

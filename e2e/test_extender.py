@@ -19,6 +19,7 @@ from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import build_slices
 from extender.config import RACK_LABEL
+from kube.names import GPU_CLASS
 from nativedra.cluster import create_fake_node, wait_for, wait_pod_scheduled
 from nativedra.cluster.waits import unschedulable_message
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
@@ -189,7 +190,7 @@ def test_restarted_extender_keeps_the_held_capacity_and_the_gang_completes_in_it
     ext.start_extender()  # rebuilt from the API alone
     others = []
     for index in range(3):
-        claim_template(ext.api, ext_namespace, f"solo-{index}", [request("gpus", "gpu.nativedra.dev", count=8)])
+        claim_template(ext.api, ext_namespace, f"solo-{index}", [request("gpus", GPU_CLASS, count=8)])
         gpu_pod(ext.api, ext_namespace, f"solo-{index}", f"solo-{index}", node_selector=selector)
         others.append(f"solo-{index}")
     wait_for(
@@ -251,13 +252,13 @@ def test_scores_prefer_one_numa_node_and_partly_used_nodes(
 
     split = node_with([0, 1], "numa")
     together = node_with([0, 0], "numa")
-    claim_template(ext.api, ext_namespace, "two", [request("gpus", "gpu.nativedra.dev", count=2)])
+    claim_template(ext.api, ext_namespace, "two", [request("gpus", GPU_CLASS, count=2)])
     gpu_pod(ext.api, ext_namespace, "pair", "two", node_selector={TEST_LABEL: test, "role": "numa"})
     assert wait_pod_scheduled(ext.api, ext_namespace, "pair", 60) == together, f"not the split node {split}"
 
     partly_used = node_with([0, 0, 0, 0], "pack")
     node_with([0, 0, 0, 0], "pack")
-    claim_template(ext.api, ext_namespace, "one", [request("gpus", "gpu.nativedra.dev", count=1)])
+    claim_template(ext.api, ext_namespace, "one", [request("gpus", GPU_CLASS, count=1)])
     gpu_pod(ext.api, ext_namespace, "first", "two", node=partly_used)
     assert wait_pod_scheduled(ext.api, ext_namespace, "first", 60) == partly_used
     gpu_pod(ext.api, ext_namespace, "single", "one", node_selector={TEST_LABEL: test, "role": "pack"})

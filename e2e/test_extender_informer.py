@@ -11,9 +11,8 @@ from kubernetes import client
 
 from extender.informer import run_informer
 from extender.state import ClusterState
+from kube.names import DRIVER_NAME
 from nativedra.cluster import wait_for
-
-DRIVER = "gpu.nativedra.dev"
 
 
 def _gang_pod(name: str) -> dict[str, object]:
@@ -28,7 +27,7 @@ def _gang_pod(name: str) -> dict[str, object]:
 
 
 def test_watches_the_server_ends_are_resumed_without_a_relist(api: client.ApiClient, namespace: str) -> None:
-    state = ClusterState(DRIVER)
+    state = ClusterState(DRIVER_NAME)
     stop = threading.Event()
     informer = threading.Thread(target=run_informer, args=(api, state, "pods", stop, 1), daemon=True)
     informer.start()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from kube.names import FRACTION_CLASS, GPU_CLASS, SHARE_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for
 from nativedra.cluster.binaries import minor_of
 from nativedra.cluster.commands import NodeDirs
@@ -30,7 +31,6 @@ GATES_OFF = Features(
     {"DRAPartitionableDevices": False, "DRAConsumableCapacity": False},
     why="what 1.34/1.35 API servers serve by default: no partitionable devices, no consumable capacity",
 )
-SHARE_CLASS = "gpu-share.nativedra.dev"
 
 
 def old_defaults(version: str) -> Features:
@@ -74,8 +74,8 @@ def test_only_whole_gpus_are_published_and_none_is_handed_out_twice(old_plane: C
         events = client.CoreV1Api(api).list_namespaced_event("default", field_selector="involvedObject.name=old-node")
         assert [e.reason for e in events.items] == ["DeviceFeaturesNotServed"]
         with fresh_namespace(api, "old") as namespace:
-            claim_template(api, namespace, "one", [request("gpus", "gpu.nativedra.dev")])
-            claim_template(api, namespace, "half", [request("gpus", "gpu-fraction.nativedra.dev")])
+            claim_template(api, namespace, "one", [request("gpus", GPU_CLASS)])
+            claim_template(api, namespace, "half", [request("gpus", FRACTION_CLASS)])
             names = [f"p{index}" for index in range(7)]
             for name in names:
                 gpu_pod(api, namespace, name, "one")
@@ -112,7 +112,7 @@ def test_share_claims_waiting_before_the_plugin_starts_do_not_share_a_gpu_with_w
     try:
         with fresh_namespace(api, "olds") as namespace:
             claim_template(api, namespace, "share", [request("gpus", SHARE_CLASS, capacity={"memory": "10Gi"})])
-            claim_template(api, namespace, "whole", [request("gpus", "gpu.nativedra.dev")])
+            claim_template(api, namespace, "whole", [request("gpus", GPU_CLASS)])
             shares = [f"s{index}" for index in range(4)]
             for name in shares:
                 gpu_pod(api, namespace, name, "share", node="share-node")

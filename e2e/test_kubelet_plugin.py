@@ -21,7 +21,7 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
 from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
-from kube.names import DRIVER_NAME
+from kube.names import CDI_KIND, DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, SHARE_CLASS
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.cluster.controlplane import free_port
@@ -89,8 +89,8 @@ def test_prepare_and_unprepare_a_claim_the_real_scheduler_allocated(
     [device] = result.devices
     assert (list(device.request_names), device.pool_name, device.device_name) == (["gpus"], h100.node, "gpu-3")
     assert list(device.cdi_device_ids) == [
-        f"k8s.gpu.nativedra.dev/claim={key[1]}-gpu-3",
-        f"k8s.gpu.nativedra.dev/claim={key[1]}_metadata_gpus",  # the request's device metadata (KEP-5304)
+        f"{CDI_KIND}={key[1]}-gpu-3",
+        f"{CDI_KIND}={key[1]}_metadata_gpus",  # the request's device metadata (KEP-5304)
     ]
 
     [spec_file] = spec_files(h100)
@@ -99,14 +99,14 @@ def test_prepare_and_unprepare_a_claim_the_real_scheduler_allocated(
     spec = yaml.safe_load(spec_file.read_text())
     # Device names start with the claim UID; CDI needs 0.5.0 only when that starts with a digit.
     assert spec["cdiVersion"] == ("0.5.0" if key[1][0].isdigit() else EARLIEST_VERSION)
-    assert spec["kind"] == "k8s.gpu.nativedra.dev/claim"
+    assert spec["kind"] == CDI_KIND
     cdi_device, metadata_device = spec["devices"]
     assert cdi_device["name"] == f"{key[1]}-gpu-3"
     assert metadata_device["name"] == f"{key[1]}_metadata_gpus"
     # The pod names the claim `gpus` (from a template) and the claim's request is `gpus` too.
     [mount] = metadata_device["containerEdits"]["mounts"]
     assert mount["containerPath"] == (
-        "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpus/gpus/gpu.nativedra.dev-metadata.json"
+        f"/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpus/gpus/{DRIVER_NAME}-metadata.json"
     )
     assert mount["options"] == ["ro", "bind"]
     metadata_file = Path(mount["hostPath"])
@@ -154,7 +154,7 @@ def test_fraction_gets_mps_limits_and_share_gets_its_share_id(
         api,
         namespace,
         "quarter",
-        [request("gpus", "gpu-fraction.nativedra.dev", f"device.attributes['{DRIVER_NAME}'].fraction == '1/4'")],
+        [request("gpus", FRACTION_CLASS, f"device.attributes['{DRIVER_NAME}'].fraction == '1/4'")],
     )
     gpu_pod(api, namespace, "quarter", "quarter", node=h100.node)
     key = claim_key(allocated_claim(api, namespace, "quarter"))
@@ -167,7 +167,7 @@ def test_fraction_gets_mps_limits_and_share_gets_its_share_id(
     share_node = fake_nodes("shares")
     shares = node_plugin(share_node, "--backend", "simulated", "--profile", "l4-4x", "--sharing", "consumable")
     wait_for(lambda: published_devices(api, share_node), 60, "share slices")
-    claim_template(api, namespace, "ten-gi", [request("gpus", "gpu-share.nativedra.dev", capacity={"memory": "10Gi"})])
+    claim_template(api, namespace, "ten-gi", [request("gpus", SHARE_CLASS, capacity={"memory": "10Gi"})])
     gpu_pod(api, namespace, "share", "ten-gi", node=share_node)
     claim = allocated_claim(api, namespace, "share")
     key = claim_key(claim)
@@ -202,7 +202,7 @@ def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(
         build_slices(load_profile(resolve_profile("l4-4x")), PublishConfig(), other_node)
     )
     elsewhere = claim_key(whole_gpu_claim(api, namespace, "elsewhere", other_node))
-    create_claim(api, namespace, "idle", [request("gpus", "gpu.nativedra.dev")])
+    create_claim(api, namespace, "idle", [request("gpus", GPU_CLASS)])
     idle = RESOURCE_CLAIMS.get(api, "idle", namespace)
     bad_config_template(api, namespace)
     gpu_pod(api, namespace, "bad-config", "bad-config", node=h100.node)
@@ -291,7 +291,7 @@ def test_a_faulty_gpu_is_tainted_reported_unhealthy_and_recovers(
         api,
         namespace,
         "gpu-2",
-        [request("gpus", "gpu.nativedra.dev", f"device.attributes['{DRIVER_NAME}'].index == 2")],
+        [request("gpus", GPU_CLASS, f"device.attributes['{DRIVER_NAME}'].index == 2")],
     )
     gpu_pod(api, namespace, "wants-gpu-2", "gpu-2", node=h100.node)
     assert "cannot allocate all claims" in wait_pod_unschedulable(api, namespace, "wants-gpu-2")

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import apply_documents
@@ -138,7 +139,7 @@ def _slice(node: str) -> dict[str, Any]:
         "kind": RESOURCE_SLICES.kind,
         "metadata": {"generateName": f"{node}-vap-"},
         "spec": {
-            "driver": "gpu.nativedra.dev",
+            "driver": DRIVER_NAME,
             "nodeName": node,
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             "devices": [],

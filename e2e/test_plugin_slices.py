@@ -17,6 +17,7 @@ from dra_driver.discovery.simulated import load_profile, packaged_profiles, reso
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher, same_spec
 from dra_driver.slices import build_slices
+from kube.names import DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
 from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.objects import (
@@ -29,12 +30,6 @@ from nativedra.objects import (
     request,
 )
 from testkit.dra import allocated_results
-
-DOMAIN = "gpu.nativedra.dev"
-GPU_CLASS = "gpu.nativedra.dev"
-MIG_CLASS = "gpu-mig.nativedra.dev"
-FRACTION_CLASS = "gpu-fraction.nativedra.dev"
-SHARE_CLASS = "gpu-share.nativedra.dev"
 
 
 @pytest.fixture(autouse=True)
@@ -110,26 +105,26 @@ def test_real_scheduler_allocates_by_product_name_numa_mig_and_fraction(
         api,
         namespace,
         "one-h100",
-        [request("gpus", GPU_CLASS, f"device.attributes['{DOMAIN}'].productName == 'NVIDIA H100 80GB HBM3'")],
+        [request("gpus", GPU_CLASS, f"device.attributes['{DRIVER_NAME}'].productName == 'NVIDIA H100 80GB HBM3'")],
     )
     claim_template(
         api,
         namespace,
         "two-same-numa",
         [request("gpus", GPU_CLASS, count=2)],
-        constraints=[{"requests": ["gpus"], "matchAttribute": f"{DOMAIN}/numaNode"}],
+        constraints=[{"requests": ["gpus"], "matchAttribute": f"{DRIVER_NAME}/numaNode"}],
     )
     claim_template(
         api,
         namespace,
         "mig-1g",
-        [request("gpus", MIG_CLASS, f"device.attributes['{DOMAIN}'].profile == '1g.10gb'")],
+        [request("gpus", MIG_CLASS, f"device.attributes['{DRIVER_NAME}'].profile == '1g.10gb'")],
     )
     claim_template(
         api,
         namespace,
         "quarter",
-        [request("gpus", FRACTION_CLASS, f"device.attributes['{DOMAIN}'].fraction == '1/4'")],
+        [request("gpus", FRACTION_CLASS, f"device.attributes['{DRIVER_NAME}'].fraction == '1/4'")],
     )
     for pod, template in [("a", "one-h100"), ("b", "two-same-numa"), ("c", "mig-1g"), ("d", "quarter")]:
         gpu_pod(api, namespace, pod, template, node=node)
@@ -169,7 +164,7 @@ def test_fractions_and_whole_gpu_exclude_each_other(
 ) -> None:
     node = fake_nodes("frac")
     _publish(api, node, "h100-8x")
-    index0 = f"device.attributes['{DOMAIN}'].index == 0"
+    index0 = f"device.attributes['{DRIVER_NAME}'].index == 0"
     claim_template(
         api,
         namespace,
@@ -178,13 +173,15 @@ def test_fractions_and_whole_gpu_exclude_each_other(
             request(
                 "gpus",
                 FRACTION_CLASS,
-                f"{index0} && device.attributes['{DOMAIN}'].fraction == '1/8'",
+                f"{index0} && device.attributes['{DRIVER_NAME}'].fraction == '1/8'",
                 count=8,
             )
         ],
     )
     claim_template(api, namespace, "whole-0", [request("gpus", GPU_CLASS, index0)])
-    claim_template(api, namespace, "whole-1", [request("gpus", GPU_CLASS, f"device.attributes['{DOMAIN}'].index == 1")])
+    claim_template(
+        api, namespace, "whole-1", [request("gpus", GPU_CLASS, f"device.attributes['{DRIVER_NAME}'].index == 1")]
+    )
 
     gpu_pod(api, namespace, "eighths", "all-eighths-of-0", node=node)
     assert len(allocated_results(api, namespace, "eighths")) == 8
@@ -229,7 +226,7 @@ def test_64_gpu_node_spans_several_slices_and_stays_allocatable(
     assert len(slices) > 10
     assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {len(slices)}
     claim_template(
-        api, namespace, "last-gpu", [request("gpus", GPU_CLASS, f"device.attributes['{DOMAIN}'].index == 63")]
+        api, namespace, "last-gpu", [request("gpus", GPU_CLASS, f"device.attributes['{DRIVER_NAME}'].index == 63")]
     )
     gpu_pod(api, namespace, "last", "last-gpu", node=node)
     assert allocated_results(api, namespace, "last")[0]["device"] == "gpu-63"

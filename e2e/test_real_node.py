@@ -27,7 +27,7 @@ from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR
-from kube.names import CDI_CLASS, CDI_VENDOR, DRIVER_NAME, GPU_NODE_LABEL
+from kube.names import DRIVER_NAME, GPU_NODE_LABEL
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
 from nativedra.cluster.realnode import (
@@ -39,6 +39,7 @@ from nativedra.cluster.realnode import (
 )
 from nativedra.cluster.waits import describe_pod
 from nativedra.objects import apply_documents, apply_file, device_classes, published_devices
+from testkit.dra import CDI_PREFIX
 from testkit.extender_harness import fresh_namespace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -239,7 +240,7 @@ def expected_nodes(uuids: list[str]) -> dict[str, tuple[int, int]]:
 
 
 def claim_spec_files() -> set[str]:
-    return {p.name for p in DEFAULT_CDI_DIR.glob(f"{CDI_VENDOR}-{CDI_CLASS}_*.yaml")}
+    return {p.name for p in DEFAULT_CDI_DIR.glob(f"{CDI_PREFIX}*.yaml")}
 
 
 def test_two_gpus_same_numa_see_exactly_their_devices(real_node: Node) -> None:
@@ -295,7 +296,7 @@ def test_pod_deletion_unprepares_and_removes_the_cdi_spec(real_node: Node) -> No
         (pod,) = run_example(real_node, EXAMPLES / "one-gpu.yaml", namespace)
         running_probe(real_node, namespace, pod)
         claim = RESOURCE_CLAIMS.get(real_node.api, pod_claim_name(real_node, namespace, pod), namespace)
-        spec = f"{CDI_VENDOR}-{CDI_CLASS}_{claim['metadata']['uid']}.yaml"
+        spec = f"{CDI_PREFIX}{claim['metadata']['uid']}.yaml"
         assert spec in claim_spec_files() - before
         real_node.core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
         wait_for(

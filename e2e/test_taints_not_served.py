@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kube.names import DRIVER_NAME
+from kube.names import DRIVER_NAME, GPU_CLASS
 from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import wait_for, wait_pod_unschedulable
 from nativedra.cluster.binaries import minor_of
@@ -66,6 +66,6 @@ def test_a_faulty_gpu_is_left_out_and_the_plugin_stops_writing(
     assert generations(api) == settled, "no rewrite loop: the slices stay at one generation"
     with fresh_namespace(api, "taint") as namespace:
         selector = f"device.attributes['{DRIVER_NAME}'].index == 2"
-        claim_template(api, namespace, "gpu-2", [request("gpus", "gpu.nativedra.dev", selector)])
+        claim_template(api, namespace, "gpu-2", [request("gpus", GPU_CLASS, selector)])
         gpu_pod(api, namespace, "wants-gpu-2", "gpu-2", node=NODE)
         assert "cannot allocate all claims" in wait_pod_unschedulable(api, namespace, "wants-gpu-2")

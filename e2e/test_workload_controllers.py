@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from extender.config import RACK_LABEL
+from kube.names import GPU_CLASS
 from kube.resources import JOBSETS
 from nativedra.cluster import wait_for
 from nativedra.cluster.addons import JOBSET, LWS, start_addon
@@ -44,7 +45,7 @@ def cluster() -> Iterator[ExtenderCluster]:
 def setup(cluster: ExtenderCluster) -> Iterator[tuple[ExtenderCluster, str, str]]:
     """(cluster, namespace with an 8-GPU claim template `eight`, test label value); cleaned after."""
     with fresh_namespace(cluster.api, "w") as namespace:
-        claim_template(cluster.api, namespace, "eight", [request("gpus", "gpu.nativedra.dev", count=8)])
+        claim_template(cluster.api, namespace, "eight", [request("gpus", GPU_CLASS, count=8)])
         yield cluster, namespace, uuid.uuid4().hex[:6]
     cluster.remove_nodes()
 
