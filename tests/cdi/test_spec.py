@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from cdi.spec import CdiDevice, ContainerEdits, DeviceNode, Mount, Spec, SpecError, minimum_version, to_document
+from kube.names import CDI_KIND
 
 NODE = DeviceNode(path="/dev/nvidia0", type="c", major=195, minor=0)
 
 
-def spec(*devices: CdiDevice, kind: str = "k8s.gpu.nativedra.dev/claim", **extra: object) -> Spec:
+def spec(*devices: CdiDevice, kind: str = CDI_KIND, **extra: object) -> Spec:
     return Spec(kind=kind, devices=devices, **extra)  # type: ignore[arg-type]
 
 

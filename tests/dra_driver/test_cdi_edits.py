@@ -12,7 +12,7 @@ import pytest
 
 from dra_driver.cdi_edits import ClaimDevice, HostDevices, Limits, claim_spec, limits
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.opaque_config import DEFAULT, GpuConfig, parse
+from dra_driver.opaque_config import API_VERSION, DEFAULT, GpuConfig, parse
 from dra_driver.publish_config import PublishConfig
 from dra_driver.published import PublishedDevice
 from dra_driver.slices import devices_and_counters
@@ -30,7 +30,7 @@ def published(share_gpus: tuple[int, ...] = ()) -> dict[str, PublishedDevice]:
 def mps(**settings: Any) -> GpuConfig:
     return parse(
         {
-            "apiVersion": "gpu.nativedra.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "GpuConfig",
             "sharing": {"strategy": "MPS", "mps": settings},
         },

@@ -80,8 +80,8 @@ def test_a_template_claim_gets_one_file_per_request_under_its_pod_claim_name() -
     ]
     gpus, small = claim_metadata(identity, devices, DRIVER_NAME)
     base = "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu"
-    assert (gpus.request, gpus.container_path) == ("gpus", f"{base}/gpus/gpu.nativedra.dev-metadata.json")
-    assert (small.request, small.container_path) == ("small", f"{base}/small/gpu.nativedra.dev-metadata.json")
+    assert (gpus.request, gpus.container_path) == ("gpus", f"{base}/gpus/{DRIVER_NAME}-metadata.json")
+    assert (small.request, small.container_path) == ("small", f"{base}/small/{DRIVER_NAME}-metadata.json")
 
     newest, older = objects(gpus.text)
     assert newest["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
@@ -104,7 +104,7 @@ def test_a_claim_named_in_the_pod_is_found_under_its_own_name() -> None:
     identity = ClaimIdentity.of({"metadata": {"namespace": "ns", "name": "shared-gpu", "uid": UID}})
     [gpus] = claim_metadata(identity, [published("gpu-0")], DRIVER_NAME)
     assert gpus.container_path == (
-        "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/shared-gpu/gpus/gpu.nativedra.dev-metadata.json"
+        f"/var/run/kubernetes.io/dra-device-attributes/resourceclaims/shared-gpu/gpus/{DRIVER_NAME}-metadata.json"
     )
     assert all("podClaimName" not in document for document in objects(gpus.text))
 

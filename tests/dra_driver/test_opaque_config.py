@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.opaque_config import ConfigError, SharingStrategy, config_for_request
+from dra_driver.opaque_config import API_VERSION, ConfigError, SharingStrategy, config_for_request
+from kube.names import DRIVER_NAME
 
-MPS = {"apiVersion": "gpu.nativedra.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}
-SLICED = {"apiVersion": "gpu.nativedra.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
+MPS = {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}
+SLICED = {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
 
 
-def entry(
-    source: str, parameters: object, requests: list[str] | None = None, driver: str = "gpu.nativedra.dev"
-) -> dict:  # type: ignore[type-arg]
+def entry(source: str, parameters: object, requests: list[str] | None = None, driver: str = DRIVER_NAME) -> dict:  # type: ignore[type-arg]
     return {"source": source, "requests": requests or [], "opaque": {"driver": driver, "parameters": parameters}}
 
 
@@ -38,7 +37,7 @@ def test_configs_for_other_requests_or_drivers_are_ignored() -> None:
             "sharing.mps.activeThreadPercentage",
         ),
         ({**MPS, "sharing": {"strategy": "Exclusive", "mps": {}}}, "sharing"),
-        ({**MPS, "apiVersion": "gpu.nativedra.dev/v9"}, "apiVersion"),
+        ({**MPS, "apiVersion": f"{DRIVER_NAME}/v9"}, "apiVersion"),
         ({**MPS, "colour": "red"}, "colour"),
     ],
 )

@@ -23,6 +23,7 @@ from dra_driver.slices import (
     dns_label,
     semver,
 )
+from kube.names import DRIVER_NAME
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")
@@ -150,7 +151,7 @@ def test_empty_node_still_publishes_one_empty_slice() -> None:
     specs = build_slices(Inventory(), PublishConfig(), "node-a")
     assert specs == [
         {
-            "driver": "gpu.nativedra.dev",
+            "driver": DRIVER_NAME,
             "nodeName": "node-a",
             "pool": {"name": "node-a", "resourceSliceCount": 1},
             "devices": [],

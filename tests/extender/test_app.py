@@ -21,9 +21,11 @@ from fastapi import FastAPI
 from extender.app import Limits, create_app
 from extender.config import ExtenderConfig
 from extender.decide import Decider
+from extender.gang import GANG, GANG_SIZE
 from extender.state import ClusterState
+from kube.names import DRIVER_NAME
 
-GANG = {"nativedra.dev/gang": "g", "nativedra.dev/gang-size": "2"}
+GANG_LABELS = {GANG: "g", GANG_SIZE: "2"}
 CLAIMS = [{"name": "gpus", "resourceClaimTemplateName": "t"}]
 
 
@@ -51,14 +53,14 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
     "invalid UTF-8 in a node name": (_body(_pod(), NodeNames=["n1", "nX"]).replace(b"nX", b"n\xff"), "NodeNames.1"),
     "100k-deep nesting": (DEEP, "nests deeper than"),
     "gang pod in phase Failed": (
-        _body(_pod(metadata={"labels": GANG}, spec={"resourceClaims": CLAIMS}, status={"phase": "Failed"})),
+        _body(_pod(metadata={"labels": GANG_LABELS}, spec={"resourceClaims": CLAIMS}, status={"phase": "Failed"})),
         "Pod.status.phase",
     ),
 }
 
 
 def _state() -> ClusterState:
-    state = ClusterState("gpu.nativedra.dev")
+    state = ClusterState(DRIVER_NAME)
     for kind in ClusterState.KINDS:
         state.replace(kind, [])
     return state

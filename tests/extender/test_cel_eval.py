@@ -28,14 +28,12 @@ def _view() -> dict[str, Any]:
 def test_cel_selectors_with_quantities_versions_and_missing_attributes() -> None:
     view = _view()
     selectors = Selectors()
-    assert selectors.matches("device.capacity['gpu.nativedra.dev'].memory.compareTo(quantity('80Gi')) < 0", view)
-    assert selectors.matches("device.capacity['gpu.nativedra.dev'].memory.compareTo(quantity('64Gi')) >= 0", view)
-    assert selectors.matches(
-        "device.attributes['gpu.nativedra.dev'].driverVersion.compareTo(semver('550.0.0')) >= 0", view
-    )
+    assert selectors.matches(f"device.capacity['{DRIVER}'].memory.compareTo(quantity('80Gi')) < 0", view)
+    assert selectors.matches(f"device.capacity['{DRIVER}'].memory.compareTo(quantity('64Gi')) >= 0", view)
+    assert selectors.matches(f"device.attributes['{DRIVER}'].driverVersion.compareTo(semver('550.0.0')) >= 0", view)
     assert selectors.matches("device.attributes['resource.kubernetes.io'].pciBusID == '0000:18:00.0'", view)
     assert not selectors.matches("device.attributes['other.vendor.com'].type == 'gpu'", view), "runtime error: no match"
-    assert selectors.matches("device.attributes['gpu.nativedra.dev'].?numaNode.orValue(0) == 0", view), (
+    assert selectors.matches(f"device.attributes['{DRIVER}'].?numaNode.orValue(0) == 0", view), (
         "syntax the library cannot parse matches (the scheduler's own DRA filter decides)"
     )
 
