@@ -74,14 +74,14 @@ class HostDevices:
 
 
 @dataclass(frozen=True)
-class Limits:
+class ContainerGpuLimits:
     """What the container may use of its GPU (MPS env); None: no limit, the whole GPU."""
 
     compute_percent: int | None = None
     memory_mib: int | None = None
 
 
-def limits(claim_device: ClaimDevice) -> Limits:
+def limits(claim_device: ClaimDevice) -> ContainerGpuLimits:
     """A fraction's or share's part of the GPU, narrowed further by an MPS opaque config."""
     device = claim_device.device
     percent: int | None = None
@@ -99,7 +99,7 @@ def limits(claim_device: ClaimDevice) -> Limits:
             percent = min(percent or 100, mps.active_thread_percentage)
         if mps.pinned_memory_limit_mib is not None:
             memory_mib = min(memory_mib or mps.pinned_memory_limit_mib, mps.pinned_memory_limit_mib)
-    return Limits(percent, memory_mib)
+    return ContainerGpuLimits(percent, memory_mib)
 
 
 def _env(claim_device: ClaimDevice) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cdi_edits import ClaimDevice, HostDevices, Limits, claim_spec, limits
+from dra_driver.cdi_edits import ClaimDevice, ContainerGpuLimits, HostDevices, claim_spec, limits
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.opaque_config import API_VERSION, DEFAULT, GpuConfig, parse
 from dra_driver.publish_config import PublishConfig
@@ -47,48 +47,52 @@ def claim_device(
 @pytest.mark.parametrize(
     ("device", "parts", "expected"),
     [
-        ("gpu-0-1of2-1", 2, Limits(compute_percent=50, memory_mib=40779)),
-        ("gpu-0-1of4-3", 4, Limits(compute_percent=25, memory_mib=20389)),
-        ("gpu-0-1of8-7", 8, Limits(compute_percent=12, memory_mib=10194)),
+        ("gpu-0-1of2-1", 2, ContainerGpuLimits(compute_percent=50, memory_mib=40779)),
+        ("gpu-0-1of4-3", 4, ContainerGpuLimits(compute_percent=25, memory_mib=20389)),
+        ("gpu-0-1of8-7", 8, ContainerGpuLimits(compute_percent=12, memory_mib=10194)),
     ],
 )
-def test_a_fraction_gets_its_part_of_memory_and_compute_rounded_down(device: str, parts: int, expected: Limits) -> None:
+def test_a_fraction_gets_its_part_of_memory_and_compute_rounded_down(
+    device: str, parts: int, expected: ContainerGpuLimits
+) -> None:
     found = limits(claim_device(device))
     assert found == expected
     assert found.memory_mib is not None and found.memory_mib * parts <= H100_MIB, "never more than the GPU has"
 
 
 def test_a_whole_gpu_and_a_mig_placement_have_no_mps_limits() -> None:
-    assert limits(claim_device("gpu-0")) == Limits()
-    assert limits(claim_device("gpu-6-3g-40gb-4")) == Limits()
+    assert limits(claim_device("gpu-0")) == ContainerGpuLimits()
+    assert limits(claim_device("gpu-6-3g-40gb-4")) == ContainerGpuLimits()
 
 
 def test_a_share_gets_what_it_consumed() -> None:
     consumed = {"memory": 20 * GIB, "compute": 30}
-    assert limits(claim_device("gpu-0-share", consumed=consumed, share_gpus=(0,))) == Limits(30, 20480)
-    assert limits(claim_device("gpu-0-share", consumed={"compute": 10}, share_gpus=(0,))) == Limits(10, None)
+    assert limits(claim_device("gpu-0-share", consumed=consumed, share_gpus=(0,))) == ContainerGpuLimits(30, 20480)
+    assert limits(claim_device("gpu-0-share", consumed={"compute": 10}, share_gpus=(0,))) == ContainerGpuLimits(
+        10, None
+    )
 
 
 def test_a_share_without_consumed_capacity_has_no_limits() -> None:
-    assert limits(claim_device("gpu-0-share", share_gpus=(0,))) == Limits()
+    assert limits(claim_device("gpu-0-share", share_gpus=(0,))) == ContainerGpuLimits()
 
 
 def test_mps_config_narrows_a_fraction() -> None:
     config = mps(activeThreadPercentage=20, pinnedMemoryLimitMiB=1000)
-    assert limits(claim_device("gpu-0-1of2-0", config)) == Limits(20, 1000)
+    assert limits(claim_device("gpu-0-1of2-0", config)) == ContainerGpuLimits(20, 1000)
 
 
 def test_mps_config_never_widens_a_fraction() -> None:
     config = mps(activeThreadPercentage=90, pinnedMemoryLimitMiB=60000)
-    assert limits(claim_device("gpu-0-1of4-0", config)) == Limits(25, 20389)
+    assert limits(claim_device("gpu-0-1of4-0", config)) == ContainerGpuLimits(25, 20389)
 
 
 def test_mps_config_limits_a_whole_gpu_and_a_share() -> None:
-    assert limits(claim_device("gpu-1", mps(activeThreadPercentage=30))) == Limits(30, None)
-    assert limits(claim_device("gpu-1", mps(pinnedMemoryLimitMiB=4096))) == Limits(None, 4096)
+    assert limits(claim_device("gpu-1", mps(activeThreadPercentage=30))) == ContainerGpuLimits(30, None)
+    assert limits(claim_device("gpu-1", mps(pinnedMemoryLimitMiB=4096))) == ContainerGpuLimits(None, 4096)
     consumed = {"memory": 8 * GIB, "compute": 40}
     share = claim_device("gpu-0-share", mps(activeThreadPercentage=10), consumed, share_gpus=(0,))
-    assert limits(share) == Limits(10, 8192)
+    assert limits(share) == ContainerGpuLimits(10, 8192)
 
 
 def test_a_claim_lists_all_its_gpus_once_in_a_claim_wide_variable(tmp_path: Path) -> None:
