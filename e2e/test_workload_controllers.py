@@ -19,7 +19,7 @@ from kube.resources import JOBSETS
 from nativedra.cluster import wait_for
 from nativedra.cluster.addons import JOBSET, LWS, start_addon
 from nativedra.objects import claim_template, request
-from nativedra.workloads import ReplicatedJob, create_jobset, create_lws, pods_with
+from nativedra.workload_objects import ReplicatedJob, create_jobset, create_lws, pods_with
 from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
 
 TEST_LABEL = "e2e.nativedra.dev/test"

@@ -9,7 +9,7 @@ from extender.config import RACK_LABEL
 from extender.gang import GANG, GANG_SIZE, JOBSET_NAME, TOPOLOGY_REQUIRED
 from kube.names import GPU_CLASS
 from nativedra.objects import apply_file, claim_template, gpu_pod, request, shipped
-from nativedra.workloads import ReplicatedJob, create_jobset, create_lws, pods_with
+from nativedra.workload_objects import ReplicatedJob, create_jobset, create_lws, pods_with
 
 DEMO_NAMESPACE = "demo"
 EXAMPLES = (
