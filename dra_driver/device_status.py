@@ -27,7 +27,7 @@ from kubernetes import client
 from urllib3.exceptions import HTTPError
 
 from dra_driver.cdi_edits import ClaimDevice, limits
-from dra_driver.prepare import ClaimRef
+from dra_driver.claim import ClaimRef
 from dra_driver.published import DeviceKind
 from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_CLAIMS

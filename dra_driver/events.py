@@ -16,8 +16,8 @@ from kubernetes import client
 from urllib3.exceptions import HTTPError
 
 from dra_driver.background import BackgroundQueue
+from dra_driver.claim import ClaimRef
 from dra_driver.errors import PrepareError
-from dra_driver.prepare import ClaimRef
 from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_CLAIMS
 

@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 
 import grpc
 
+from dra_driver.claim import ClaimRef, PreparedDevice
 from dra_driver.errors import PrepareError
-from dra_driver.prepare import ClaimPreparer, ClaimRef, PreparedDevice
+from dra_driver.prepare import ClaimPreparer
 from dra_driver.proto.gen.dra.v1 import api_pb2 as dra_v1
 from dra_driver.proto.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from dra_driver.proto.gen.dra.v1beta1 import api_pb2 as dra_v1beta1

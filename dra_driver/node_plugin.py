@@ -14,6 +14,7 @@ from prometheus_client import start_http_server
 
 from dra_driver.background import Activity
 from dra_driver.checkpoint import Checkpoint, boot_id
+from dra_driver.claim_api import API_TIMEOUT_S, api_claim_sources
 from dra_driver.device_status import DeviceStatusReports, api_status_applier
 from dra_driver.discovery import Backend
 from dra_driver.events import FailureEvents, api_event_poster, node_warning
@@ -29,17 +30,13 @@ from dra_driver.kubelet_paths import (
 )
 from dra_driver.metadata_store import MetadataStore
 from dra_driver.node_devices import NodeDevices
-from dra_driver.prepare import (
-    API_TIMEOUT_S,
-    ClaimPreparer,
-    api_claim_lister,
-    api_claim_reader,
-    bounded_client,
-    spec_store,
-)
+from dra_driver.prepare import ClaimPreparer, LocalNode, Reporters
 from dra_driver.publish_config import PublishConfig
 from dra_driver.publisher import SlicePublisher
+from dra_driver.repair import reconcile
 from dra_driver.slice_controller import SliceController
+from dra_driver.stores import Stores, spec_store
+from kube.bounded import bounded_client
 from kube.client import api_client
 
 log = logging.getLogger(__name__)
@@ -106,21 +103,15 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         idle_for=activity.idle_for,
     )
     preparer = ClaimPreparer(
-        api_claim_reader(api),
-        settings.node_name,
-        devices.published,
-        list_claims=api_claim_lister(api),
-        on_failure=events.prepare_failed,
-        checkpoint=checkpoint,
-        specs=spec_store(settings.cdi_dir),
-        metadata=MetadataStore(settings.data_dir),
-        dev_root=settings.dev_root,
-        mig_supported=settings.backend.can_prepare_mig,
-        on_prepared=statuses.prepared,
-        on_unprepared=statuses.unprepared,
-        activity=activity,
+        LocalNode(
+            settings.node_name, devices.published, settings.dev_root, mig_supported=settings.backend.can_prepare_mig
+        ),
+        api_claim_sources(api),
+        Stores(checkpoint, spec_store(settings.cdi_dir), MetadataStore(settings.data_dir)),
+        Reporters(events.prepare_failed, statuses.prepared, statuses.unprepared),
+        activity,
     )
-    preparer.reconcile()
+    reconcile(preparer)
     servers = KubeletServers(
         preparer,
         HealthServicer(settings.node_name, devices.health, devices.changed),

@@ -223,25 +223,6 @@ def test_each_bad_claim_gets_its_own_precise_error_and_good_ones_are_prepared(
     assert set(_checkpoint_claims(h100)) == {good[1]}
 
 
-@pytest.mark.parametrize("crash_point", ["after-prepare-started", "after-spec-written", "after-prepare-completed"])
-def test_sigkill_at_each_step_of_prepare_leaves_nothing_behind(
-    api: client.ApiClient, namespace: str, h100: NodePlugin, crash_point: str
-) -> None:
-    key = claim_key(whole_gpu_claim(api, namespace, "crashy", h100.node))
-    h100.stop()
-    h100.start(env={"NATIVEDRA_TEST_CRASH_POINT": crash_point})
-    with pytest.raises(Exception, match=r"UNAVAILABLE|Socket closed|failed to connect"):
-        prepare(h100.dra_socket, "v1", [key], timeout=20)
-    assert h100.wait_dead() == -9
-    h100.start()
-    response = prepare(h100.dra_socket, "v1", [key])
-    assert response.claims[key[1]].error == ""
-    assert [p.name for p in spec_files(h100)] == [f"{CDI_PREFIX}{key[1]}.yaml"]
-    assert _checkpoint_claims(h100)[key[1]]["state"] == "PrepareCompleted"
-    assert unprepare(h100.dra_socket, "v1", [key]).claims[key[1]].error == ""
-    assert spec_files(h100) == [] and _checkpoint_claims(h100) == {}
-
-
 def test_restart_restores_lost_specs_and_survives_a_corrupted_checkpoint(
     api: client.ApiClient, namespace: str, h100: NodePlugin
 ) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -48,7 +47,7 @@ class NodePlugin:
     def dra_socket(self) -> Path:
         return dra_socket(self.plugin_dir)
 
-    def start(self, env: dict[str, str] | None = None) -> None:
+    def start(self) -> None:
         with self.log.open("ab") as log:
             process = subprocess.Popen(
                 commands.plugin(
@@ -61,7 +60,6 @@ class NodePlugin:
                 ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
             )
         self.process = process
         wait_for(
@@ -84,10 +82,6 @@ class NodePlugin:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-    def wait_dead(self) -> int:
-        assert self.process is not None
-        return self.process.wait(timeout=30)
 
 
 @contextlib.contextmanager

@@ -11,13 +11,15 @@ from typing import Any
 
 from cdi.store import SpecStore
 from dra_driver.checkpoint import Checkpoint
+from dra_driver.claim import ClaimRef, ClaimSources
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.errors import PrepareError
 from dra_driver.metadata_store import MetadataStore
-from dra_driver.prepare import ClaimPreparer, ClaimRef, spec_store
+from dra_driver.prepare import ClaimPreparer, LocalNode, Reporters
 from dra_driver.publish_config import PublishConfig
 from dra_driver.published import PublishedDevice
 from dra_driver.slices import devices_and_counters
+from dra_driver.stores import Stores, spec_store
 from kube.names import DRIVER_NAME
 
 NODE = "node-a"
@@ -40,7 +42,8 @@ def claim(
 
 
 class Node:
-    """One node's prepare state on disk; `preparer()` is a plugin (re)started on it."""
+    """One node's prepare state on disk, fresh or as left in `root` (by a killed plugin process, say);
+    `preparer()` is a plugin (re)started on it."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -48,12 +51,14 @@ class Node:
         # Device status reports: (claim, prepared device names), or (claim, None) once unprepared.
         self.reports: list[tuple[ClaimRef, list[str] | None]] = []
         self.dev = root / "dev"
-        self.dev.mkdir()
+        self.dev.mkdir(exist_ok=True)
         for name in ["nvidiactl", *(f"nvidia{gpu.minor}" for gpu in INVENTORY.gpus)]:
-            (self.dev / name).symlink_to("/dev/null")  # a real character device, no root needed
+            if not (self.dev / name).is_symlink():
+                (self.dev / name).symlink_to("/dev/null")  # a real character device, no root needed
         self.checkpoint_path = root / "checkpoint.json"
         self.specs: SpecStore = spec_store(root / "cdi")
-        self.metadata = MetadataStore(root / "plugin-data")
+        self.metadata_dir = root / "plugin-data"
+        self.metadata = MetadataStore(self.metadata_dir)
         self.failures: list[tuple[ClaimRef, PrepareError]] = []  # what the plugin would turn into events
 
     def read_claim(self, ref: ClaimRef) -> dict[str, Any]:
@@ -61,26 +66,36 @@ class Node:
             raise PrepareError("not_found", f"claim {ref}: not found in the API")
         return self.claims[ref.name]
 
+    def list_claims(self) -> list[dict[str, Any]]:
+        return list(self.claims.values())
+
     def checkpoint(self) -> Checkpoint:
         return Checkpoint(self.checkpoint_path, "boot-1")
 
+    def stores(self) -> Stores:
+        return Stores(self.checkpoint(), self.specs, self.metadata)
+
     def preparer(
-        self, mig_supported: bool = True, published: dict[str, PublishedDevice] | None = None
+        self,
+        mig_supported: bool = True,
+        published: dict[str, PublishedDevice] | None = None,
+        *,
+        sources: ClaimSources | None = None,
+        stores: Stores | None = None,
+        reporters: Reporters | None = None,
     ) -> ClaimPreparer:
+        """A plugin started on this node; `sources`, `stores` and `reporters` replace the node's
+        own (an API that fails, a store that fails at a chosen step)."""
         return ClaimPreparer(
-            self.read_claim,
-            NODE,
-            lambda: published or PUBLISHED,
-            list_claims=lambda: list(self.claims.values()),
-            on_failure=lambda ref, error: self.failures.append((ref, error)),
-            checkpoint=self.checkpoint(),
-            specs=self.specs,
-            metadata=self.metadata,
-            dev_root=self.dev,
-            cdi_roots=(self.root / "vendor-cdi",),
-            mig_supported=mig_supported,
-            on_prepared=lambda ref, devices: self.reports.append((ref, [d.device.name for d in devices])),
-            on_unprepared=lambda ref: self.reports.append((ref, None)),
+            LocalNode(NODE, lambda: published or PUBLISHED, self.dev, (self.root / "vendor-cdi",), mig_supported),
+            sources or ClaimSources(self.read_claim, self.list_claims),
+            stores or self.stores(),
+            reporters
+            or Reporters(
+                on_failure=lambda ref, error: self.failures.append((ref, error)),
+                on_prepared=lambda ref, devices: self.reports.append((ref, [d.device.name for d in devices])),
+                on_unprepared=lambda ref: self.reports.append((ref, None)),
+            ),
         )
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from dra_driver.claim import ClaimRef, ClaimSources
 from dra_driver.grpc_server import ClaimPool, DraServicer
-from dra_driver.prepare import ClaimRef
 from dra_driver.proto.gen.dra.v1 import api_pb2 as dra_v1
 from tests.dra_driver.claims import Node, claim, new_claim
 
@@ -64,7 +64,6 @@ def test_the_claims_of_one_call_are_prepared_side_by_side_and_a_failure_stays_wi
         node.claims[f"train-{i}"] = claim(uid, devices=(f"gpu-{i}",), pool="node-b" if i == 3 else "node-a")
         node.claims[f"train-{i}"]["metadata"]["name"] = f"train-{i}"
         keys.append(("ns", uid, f"train-{i}"))
-    preparer = node.preparer()
     together = threading.Barrier(2, timeout=10)  # broken (an error) unless two claims are read at once
 
     def read_claim(ref: ClaimRef) -> dict[str, Any]:
@@ -72,7 +71,7 @@ def test_the_claims_of_one_call_are_prepared_side_by_side_and_a_failure_stays_wi
             together.wait()
         return node.read_claim(ref)
 
-    preparer.read_claim = read_claim
+    preparer = node.preparer(sources=ClaimSources(read_claim, node.list_claims))
     request = dra_v1.NodePrepareResourcesRequest(claims=[dra_v1.Claim(namespace=n, uid=u, name=c) for n, u, c in keys])
     response = DraServicer(preparer, dra_v1, pool).NodePrepareResources(request, None)
     assert sorted(response.claims) == sorted(uid for _, uid, _ in keys), "one entry per claim"

@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from dra_driver.checkpoint import ClaimRecord, ClaimState
+from dra_driver.claim import ClaimRef
 from dra_driver.device_metadata import render
 from dra_driver.metadata_store import MetadataStore
-from dra_driver.prepare import ClaimRef
+from dra_driver.repair import reconcile
 from kube.names import DRIVER_NAME
 from tests.dra_driver.claims import NODE, PUBLISHED, Node, claim, new_claim
 from tests.dra_driver.test_device_metadata import objects
@@ -120,7 +121,7 @@ def test_reconcile_restores_lost_metadata_rolls_back_half_prepared_and_removes_o
         with node.metadata.staged(uid, {"gpus": "{}\n"}) as publish:
             publish()
 
-    done = node.preparer().reconcile()
+    done = reconcile(node.preparer())
     assert done == {"restored": [ref.uid], "rolled_back": [half], "rebuilt": [], "orphans_removed": [orphan]}
     assert node.metadata.path_for(ref.uid, "gpus").read_text() == text
     assert node.metadata.claim_uids() == {ref.uid}
@@ -133,7 +134,7 @@ def test_a_corrupted_checkpoint_keeps_the_files_and_answer_and_makes_a_lost_file
     node.metadata.path_for(ref.uid, "small").unlink()
     node.checkpoint_path.write_text(node.checkpoint_path.read_text().replace("PrepareCompleted", "PrepareCompleteX"))
 
-    assert node.preparer().reconcile()["rebuilt"] == [ref.uid]
+    assert reconcile(node.preparer())["rebuilt"] == [ref.uid]
     assert files(node, ref.uid) == before
     node.claims.clear()
     assert node.preparer().prepare(ref) == answer
@@ -148,7 +149,7 @@ def test_a_spec_from_before_device_metadata_is_rebuilt_with_an_answer_that_mount
     node.metadata.remove(ref.uid)
     node.checkpoint_path.unlink()
 
-    assert node.preparer().reconcile()["rebuilt"] == [ref.uid]
+    assert reconcile(node.preparer())["rebuilt"] == [ref.uid]
     [device] = node.checkpoint().read()[ref.uid].devices
     assert device["cdi_device_ids"] == [f"k8s.gpu.nativedra.dev/claim={ref.uid}-gpu-0"]
     assert not node.metadata.claim_dir(ref.uid).exists()

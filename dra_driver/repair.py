@@ -1,0 +1,102 @@
+"""Start-up repair: after a crash or a reboot, the checkpoint and the files on the node agree
+again before the kubelet's first call. Completed claims get their files back, half-prepared ones
+are rolled back, a spec whose record was lost (corrupted checkpoint) gets its record rebuilt from
+the file and the API while its claim is allocated here, and only files of claims not allocated
+here are deleted: a spec without a record is deleted only if the API says so."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from dra_driver import metrics
+from dra_driver.cdi_edits import metadata_device_name
+from dra_driver.checkpoint import ClaimRecord, ClaimState
+from dra_driver.claim import ClaimRef, our_results
+from dra_driver.errors import PrepareError
+from dra_driver.prepare import ClaimPreparer
+from dra_driver.stores import prepared_count
+
+log = logging.getLogger(__name__)
+
+
+def reconcile(preparer: ClaimPreparer) -> dict[str, list[str]]:
+    """Repair the state `preparer` works on; returns what was done, for logs and tests."""
+    stores = preparer.stores
+    done: dict[str, list[str]] = {"restored": [], "rolled_back": [], "rebuilt": [], "orphans_removed": []}
+    if stale := stores.specs.remove_stale_temporaries():
+        log.info("start-up repair: removed temporary CDI spec files left by a crash: %s", stale)
+    unrecorded = stores.specs.claim_uids() - set(stores.checkpoint.read())
+    allocated = _allocated_here(preparer, unrecorded)  # the API is asked outside the checkpoint lock
+
+    def repair(records: dict[str, ClaimRecord]) -> int:
+        for uid, record in list(records.items()):
+            if record.state is ClaimState.PREPARE_COMPLETED:
+                if stores.restore(record):
+                    done["restored"].append(uid)
+            else:
+                stores.specs.remove(uid)
+                stores.metadata.remove(uid)
+                del records[uid]
+                done["rolled_back"].append(uid)
+        for uid, claim in (allocated or {}).items():
+            if uid not in records and (rebuilt := _rebuilt(preparer, claim)) is not None:
+                records[uid] = rebuilt
+                stores.restore(rebuilt)
+                done["rebuilt"].append(uid)
+        keep = set(records) | (unrecorded if allocated is None else set(allocated))  # no record rebuilt: files stay
+        # Metadata without a spec and a record was never answered (or its spec went with a
+        # reboot, and then the kubelet prepares the claim again).
+        orphans = set(stores.specs.remove_orphans(keep)) | set(stores.metadata.remove_orphans(keep))
+        done["orphans_removed"] = sorted(orphans)
+        return prepared_count(records)
+
+    metrics.PREPARED_CLAIMS.set(stores.checkpoint.update(repair))
+    if any(done.values()):
+        log.info("start-up repair: %s", done)
+    return done
+
+
+def _allocated_here(preparer: ClaimPreparer, uids: set[str]) -> dict[str, dict[str, Any]] | None:
+    """Those of `uids` whose claim is allocated to this node by this driver (from the API);
+    None when the API cannot say, so that nothing is deleted on a guess."""
+    if not uids:
+        return {}
+    try:
+        claims = preparer.sources.list_all()
+    except PrepareError as error:
+        log.warning("start-up repair: %s; keeping every CDI spec without a record", error)
+        return None
+    found = {}
+    for claim in claims:
+        metadata = claim.get("metadata", {})
+        ref = ClaimRef(metadata.get("namespace", ""), metadata.get("uid", ""), metadata.get("name", ""))
+        if ref.uid not in uids:
+            continue
+        try:
+            our_results(claim, ref, preparer.node.name)
+        except PrepareError:
+            continue  # not (or no longer) allocated here: its spec is an orphan
+        found[ref.uid] = claim
+    return found
+
+
+def _rebuilt(preparer: ClaimPreparer, claim: dict[str, Any]) -> ClaimRecord | None:
+    """The record of a claim whose spec is on disk but not in the checkpoint (it was lost or
+    corrupted): the answer and the metadata files are derived again from the claim (as prepare
+    writes them), the spec text is the file's. A spec written before device metadata existed
+    mounts none, so the answer then names none."""
+    identity = claim["metadata"]
+    ref = ClaimRef(identity["namespace"], identity["uid"], identity["name"])
+    try:
+        plan = preparer.plan(claim, ref)
+        text = preparer.stores.specs.read_text(ref.uid)
+        mounted = [m for m in plan.metadata if metadata_device_name(ref.uid, m.request) in text]
+        plan = dataclasses.replace(plan, metadata=mounted)
+    except (PrepareError, OSError) as error:
+        log.warning("start-up repair: cannot rebuild the record of %s (%s); its CDI spec is kept", ref, error)
+        return None
+    answer = [a.__dict__ for a in preparer.answer(ref.uid, plan)]
+    documents = {m.request: m.document for m in plan.metadata}
+    return ClaimRecord(ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_COMPLETED, answer, text, documents)

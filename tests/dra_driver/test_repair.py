@@ -1,0 +1,179 @@
+"""Start-up repair on plain data: lost files come back, half-prepared claims are rolled back, lost
+records are rebuilt from the files and the API, and a plugin killed at any step of prepare leaves a
+state that a restart puts right."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdi.store import SpecStore
+from dra_driver.checkpoint import ClaimRecord, ClaimState
+from dra_driver.claim import ClaimRef, ClaimSources, PreparedDevice
+from dra_driver.errors import PrepareError
+from dra_driver.metadata_store import MetadataStore
+from dra_driver.prepare import ClaimPreparer, Reporters
+from dra_driver.repair import reconcile
+from dra_driver.stores import Stores
+from kube.names import CDI_CLASS, CDI_VENDOR
+from tests.dra_driver.claims import Node, claim, new_claim
+
+
+def test_reconcile_restores_the_lost_spec_of_a_prepared_claim(node: Node) -> None:
+    ref = new_claim(node)
+    node.preparer().prepare(ref)
+    text = node.specs.path_for(ref.uid).read_text()
+    node.specs.remove(ref.uid)  # e.g. /var/run/cdi is a tmpfs and the node rebooted
+    done = reconcile(node.preparer())
+    assert done == {"restored": [ref.uid], "rolled_back": [], "rebuilt": [], "orphans_removed": []}
+    assert node.specs.path_for(ref.uid).read_text() == text
+
+
+def test_reconcile_rolls_back_a_half_prepared_claim_and_removes_orphans(node: Node) -> None:
+    half, orphan = str(uuid.uuid4()), str(uuid.uuid4())
+    text = "cdiVersion: 0.3.0\nkind: k8s.gpu.nativedra.dev/claim\ndevices: []\n"
+    started = ClaimRecord(half, "ns", "half", ClaimState.PREPARE_STARTED, [], text)
+    node.checkpoint().update(lambda records: records.__setitem__(half, started))  # the crash came after this
+    node.specs.write_text(half, text)
+    node.specs.write_text(orphan, text)
+    done = reconcile(node.preparer())
+    assert done == {"restored": [], "rolled_back": [half], "rebuilt": [], "orphans_removed": [orphan]}
+    assert node.specs.claim_uids() == set() and node.checkpoint().read() == {}
+
+
+def _prepared_claims(node: Node, count: int) -> dict[str, list[PreparedDevice]]:
+    answers = {}
+    for i in range(count):
+        uid = str(uuid.uuid4())
+        node.claims[f"train-{i}"] = claim(uid, devices=(f"gpu-{i}",))
+        node.claims[f"train-{i}"]["metadata"]["name"] = f"train-{i}"
+        answers[uid] = node.preparer().prepare(ClaimRef("ns", uid, f"train-{i}"))
+    return answers
+
+
+def test_reconcile_after_a_corrupted_checkpoint_rebuilds_the_records_and_keeps_every_spec_in_use(node: Node) -> None:
+    answers = _prepared_claims(node, 6)
+    texts = {uid: node.specs.read_text(uid) for uid in answers}
+    orphan, elsewhere = str(uuid.uuid4()), str(uuid.uuid4())
+    node.claims["moved"] = claim(elsewhere, pool="node-b")  # allocated to another node since
+    for uid in (orphan, elsewhere):
+        node.specs.write_text(uid, next(iter(texts.values())))
+    node.checkpoint_path.write_text(node.checkpoint_path.read_text().replace("PrepareCompleted", "PrepareCompleteX"))
+
+    done = reconcile(node.preparer())
+    assert sorted(done["rebuilt"]) == sorted(answers) and sorted(done["orphans_removed"]) == sorted([orphan, elsewhere])
+    assert {uid: node.specs.read_text(uid) for uid in answers} == texts
+    records = node.checkpoint().read()
+    assert set(records) == set(answers) and all(r.state is ClaimState.PREPARE_COMPLETED for r in records.values())
+    assert {uid: records[uid].cdi_spec for uid in answers} == texts
+    node.claims.clear()  # the rebuilt record answers without reading the claim again
+    preparer = node.preparer()
+    for uid, answer in answers.items():
+        assert preparer.prepare(ClaimRef("ns", uid, records[uid].name)) == answer
+
+
+def test_reconcile_deletes_no_spec_without_a_record_while_the_api_cannot_say_whose_it_is(node: Node) -> None:
+    answers = _prepared_claims(node, 2)
+    node.checkpoint_path.write_bytes(bytes(range(256)) * 8)
+
+    def api_down() -> list[dict[str, Any]]:
+        raise PrepareError("api_error", "listing ResourceClaims failed: connection refused")
+
+    done = reconcile(node.preparer(sources=ClaimSources(node.read_claim, api_down)))
+    assert done["orphans_removed"] == [] and done["rebuilt"] == []
+    assert node.specs.claim_uids() == set(answers)
+
+
+def test_reconcile_removes_temporary_spec_files_left_by_a_crash_but_not_young_ones(node: Node) -> None:
+    old, young = (node.specs.directory / f".{node.specs.path_for(str(uuid.uuid4())).name}.x.tmp" for _ in range(2))
+    node.specs.directory.mkdir(parents=True)
+    for path in (old, young):
+        path.write_text("half a spec")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    reconcile(node.preparer())
+    assert not old.exists() and young.exists(), "a young one may be another instance's write in flight"
+
+
+# A plugin killed (SIGKILL: the OOM killer, a node crash) between two steps of prepare, by a store
+# or a reporter that kills its process there: PrepareStarted recorded, files not yet published;
+# the spec published, PrepareCompleted not yet recorded; everything durable, the answer not yet given.
+CRASH_STEPS = ["after-prepare-started", "after-spec-written", "after-prepare-completed"]
+
+
+def _die(*_: object) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _DyingSpecs(SpecStore):
+    """Kills its process once the claim's spec (and its metadata files) are published."""
+
+    @contextlib.contextmanager
+    def staged(self, claim_uid: str, text: str) -> Iterator[Callable[[], None]]:
+        with super().staged(claim_uid, text) as publish:
+            yield publish
+        _die()
+
+
+class _DyingMetadata(MetadataStore):
+    """Kills its process where it would publish the claim's metadata files."""
+
+    @contextlib.contextmanager
+    def staged(self, claim_uid: str, files: Mapping[str, str]) -> Iterator[Callable[[], None]]:
+        with super().staged(claim_uid, files):
+            yield _die
+
+
+def _dying_preparer(node: Node, step: str) -> ClaimPreparer:
+    if step == "after-prepare-started":
+        return node.preparer(stores=Stores(node.checkpoint(), node.specs, _DyingMetadata(node.metadata_dir)))
+    if step == "after-spec-written":
+        specs = _DyingSpecs(node.specs.directory, CDI_VENDOR, CDI_CLASS)
+        return node.preparer(stores=Stores(node.checkpoint(), specs, node.metadata))
+    return node.preparer(reporters=Reporters(on_failure=_die, on_prepared=_die))
+
+
+def _prepare_until_killed(root: Path, claim: dict[str, Any], step: str) -> None:
+    """A plugin process on the node in `root` that prepares `claim` and is killed at `step`."""
+    node = Node(root)
+    node.claims[claim["metadata"]["name"]] = claim
+    ref = ClaimRef(claim["metadata"]["namespace"], claim["metadata"]["uid"], claim["metadata"]["name"])
+    _dying_preparer(node, step).prepare(ref)
+
+
+@pytest.mark.parametrize("step", CRASH_STEPS)
+def test_a_plugin_killed_at_each_step_of_prepare_is_put_right_by_a_restart(node: Node, step: str) -> None:
+    ref = new_claim(node)
+    plugin = multiprocessing.get_context("spawn").Process(
+        target=_prepare_until_killed, args=(node.root, node.claims[ref.name], step)
+    )
+    plugin.start()
+    plugin.join(timeout=60)
+    assert plugin.exitcode == -signal.SIGKILL, f"the plugin was to be killed {step}, exit code {plugin.exitcode}"
+    completed = step == "after-prepare-completed"
+    assert [r.state for r in node.checkpoint().read().values()] == [
+        ClaimState.PREPARE_COMPLETED if completed else ClaimState.PREPARE_STARTED
+    ]
+    assert node.specs.claim_uids() == (set() if step == "after-prepare-started" else {ref.uid})
+
+    restarted = node.preparer()
+    done = reconcile(restarted)
+    assert done["rolled_back"] == ([] if completed else [ref.uid]) and done["rebuilt"] == []
+    if completed:
+        del node.claims[ref.name]  # the record answers: the claim is not read again
+    answer = restarted.prepare(ref)
+    assert [(d.device_name, len(d.cdi_device_ids)) for d in answer] == [("gpu-0-1of2-0", 2)]
+    record = node.checkpoint().read()[ref.uid]
+    assert record.state is ClaimState.PREPARE_COMPLETED and record.cdi_spec == node.specs.read_text(ref.uid)
+    assert node.specs.claim_uids() == {ref.uid} and node.metadata.claim_uids() == {ref.uid}
+    restarted.unprepare(ref)
+    assert node.specs.claim_uids() == set() and node.metadata.claim_uids() == set()
+    assert node.checkpoint().read() == {}
