@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Container
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -37,12 +36,6 @@ class LruCache(Generic[K, V]):
             self._entries.move_to_end(key)
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
-
-    def retain(self, keys: Container[K]) -> None:
-        """Drop every entry whose key is not in `keys`: entries of objects that are gone."""
-        with self._lock:
-            for key in [key for key in self._entries if key not in keys]:
-                del self._entries[key]
 
     def __len__(self) -> int:
         with self._lock:

@@ -27,11 +27,6 @@ class FakeNvml:
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
-        self.brands = {
-            value: name
-            for name, value in vars(pynvml).items()
-            if name.startswith("NVML_BRAND_") and name != "NVML_BRAND_COUNT"
-        }
         for name, value in vars(pynvml).items():
             if name.startswith("NVML_BRAND_"):
                 setattr(self, name, value)
