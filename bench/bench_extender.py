@@ -26,7 +26,7 @@ from bench.timing import write_results
 from nativedra.cluster import ControlPlane
 
 # Calls per figure, and seconds per figure after which a slow one stops at `measure`'s minimum (a
-# guard: every figure now takes milliseconds a call). 200 calls, so that a p99 is not the slowest
+# guard: every figure takes milliseconds a call). 200 calls, so that a p99 is not the slowest
 # call alone; both sizes take about a minute on 2 cores.
 LATENCY_BOUNDS = {500: Bounds(calls=200, budget_s=30.0), 5000: Bounds(calls=200, budget_s=45.0)}
 

@@ -57,8 +57,8 @@ def test_a_function_nobody_taught_fails_open_with_one_warning(caplog: pytest.Log
 
 
 def test_a_costly_selector_is_bounded_before_it_runs() -> None:
-    """A nested comprehension over list literals (accepted by the API server) took ~0.5 s per
-    evaluation and held the GIL; its estimate now fails it open before it runs."""
+    """A nested comprehension over list literals (accepted by the API server) takes ~0.5 s per
+    evaluation and holds the GIL; its cost estimate fails it open before it runs."""
     numbers = "[" + ", ".join(str(i) for i in range(1000)) + "]"
     expression = f"{numbers}.all(x, {numbers}.all(y, x + y >= 0 && {PRODUCT} != ''))"
     selectors, view = Selectors(), _view()

@@ -1,5 +1,5 @@
 """The extender's ClusterRole lets it list and watch every kind its ClusterState watches (an
-optional kind without the rule is silently treated as absent: native PodGroups were), and no more."""
+optional kind without the rule is silently treated as absent, native PodGroups for one), and no more."""
 
 from __future__ import annotations
 
