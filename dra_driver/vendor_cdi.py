@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from dra_driver.cdi_edits import CDI_VENDOR
 from dra_driver.inventory import Gpu, Vendor
+from kube.names import CDI_VENDOR
 
 log = logging.getLogger(__name__)
 VENDOR_KINDS = {Vendor.NVIDIA: "nvidia.com/gpu", Vendor.AMD: "amd.com/gpu", Vendor.INTEL: "intel.com/gpu"}
