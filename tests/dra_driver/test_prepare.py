@@ -14,6 +14,7 @@ from dra_driver import checkpoint as checkpoint_module
 from dra_driver.checkpoint import ClaimState
 from dra_driver.claim import ClaimRef, PreparedDevice
 from dra_driver.errors import PrepareError
+from kube.names import CDI_KIND
 from tests.dra_driver.claims import NODE, Node, new_claim
 
 
@@ -21,8 +22,8 @@ def test_prepare_writes_the_spec_and_a_completed_record(node: Node) -> None:
     ref = new_claim(node)
     answer = node.preparer().prepare(ref)
     cdi_ids = [
-        f"k8s.gpu.nativedra.dev/claim={ref.uid}-gpu-0-1of2-0",
-        f"k8s.gpu.nativedra.dev/claim={ref.uid}_metadata_gpus",
+        f"{CDI_KIND}={ref.uid}-gpu-0-1of2-0",
+        f"{CDI_KIND}={ref.uid}_metadata_gpus",
     ]
     assert answer == [PreparedDevice(["gpus"], NODE, "gpu-0-1of2-0", cdi_ids)]
     spec = yaml.safe_load(node.specs.path_for(ref.uid).read_text())

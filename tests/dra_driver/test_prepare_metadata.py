@@ -17,7 +17,7 @@ from dra_driver.claim import ClaimRef
 from dra_driver.device_metadata import render
 from dra_driver.metadata_store import MetadataStore
 from dra_driver.repair import reconcile
-from kube.names import DRIVER_NAME
+from kube.names import CDI_KIND, DRIVER_NAME
 from tests.dra_driver.claims import NODE, PUBLISHED, Node, claim, new_claim
 from tests.dra_driver.test_device_metadata import objects
 
@@ -43,7 +43,7 @@ def test_each_request_gets_its_file_mounted_read_only_through_its_first_device(n
     ref = template_claim(node)
     answer = node.preparer().prepare(ref)
 
-    kind = "k8s.gpu.nativedra.dev/claim"
+    kind = CDI_KIND
     assert [device.cdi_device_ids for device in answer] == [
         [f"{kind}={ref.uid}-gpu-0", f"{kind}={ref.uid}_metadata_gpus"],
         [f"{kind}={ref.uid}-gpu-1"],
@@ -56,7 +56,7 @@ def test_each_request_gets_its_file_mounted_read_only_through_its_first_device(n
         f"{ref.uid}_metadata_{request}": [
             {
                 "hostPath": str(host_dir / f"{request}.json"),
-                "containerPath": f"{POD_CLAIM_DIR}/{request}/gpu.nativedra.dev-metadata.json",
+                "containerPath": f"{POD_CLAIM_DIR}/{request}/{DRIVER_NAME}-metadata.json",
                 "options": ["ro", "bind"],
             }
         ]
@@ -151,7 +151,7 @@ def test_a_spec_from_before_device_metadata_is_rebuilt_with_an_answer_that_mount
 
     assert reconcile(node.preparer())["rebuilt"] == [ref.uid]
     [device] = node.checkpoint().read()[ref.uid].devices
-    assert device["cdi_device_ids"] == [f"k8s.gpu.nativedra.dev/claim={ref.uid}-gpu-0"]
+    assert device["cdi_device_ids"] == [f"{CDI_KIND}={ref.uid}-gpu-0"]
     assert not node.metadata.claim_dir(ref.uid).exists()
 
 

@@ -24,7 +24,7 @@ from dra_driver.metadata_store import MetadataStore
 from dra_driver.prepare import ClaimPreparer, Reporters
 from dra_driver.repair import reconcile
 from dra_driver.stores import Stores
-from kube.names import CDI_CLASS, CDI_VENDOR
+from kube.names import CDI_CLASS, CDI_KIND, CDI_VENDOR
 from tests.dra_driver.claims import Node, claim, new_claim
 
 
@@ -40,7 +40,7 @@ def test_reconcile_restores_the_lost_spec_of_a_prepared_claim(node: Node) -> Non
 
 def test_reconcile_rolls_back_a_half_prepared_claim_and_removes_orphans(node: Node) -> None:
     half, orphan = str(uuid.uuid4()), str(uuid.uuid4())
-    text = "cdiVersion: 0.3.0\nkind: k8s.gpu.nativedra.dev/claim\ndevices: []\n"
+    text = f"cdiVersion: 0.3.0\nkind: {CDI_KIND}\ndevices: []\n"
     started = ClaimRecord(half, "ns", "half", ClaimState.PREPARE_STARTED, [], text)
     node.checkpoint().update(lambda records: records.__setitem__(half, started))  # the crash came after this
     node.specs.write_text(half, text)
