@@ -26,7 +26,7 @@ from kubernetes import client
 from bench.timing import Timing, measure, report, write_results
 from dra_driver.discovery.simulated import resolve_profile
 from dra_driver.kubelet_paths import dra_socket, registration_socket
-from dra_driver.published import DeviceKind, DeviceView
+from dra_driver.publishing.published import DeviceKind, DeviceView
 from kube.names import DRIVER_NAME, FRACTION_CLASS
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, create_fake_node, wait_for

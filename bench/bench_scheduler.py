@@ -45,9 +45,9 @@ from kubernetes import client
 from bench.timing import Timing, write_results
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.inventory import Inventory
-from dra_driver.publish_config import PublishConfig
-from dra_driver.publisher import SlicePublisher
-from dra_driver.slices import build_slices
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.publisher import SlicePublisher
+from dra_driver.publishing.slices import build_slices
 from extender.config import RACK_LABEL
 from extender.gang import TOPOLOGY_REQUIRED
 from kube.names import DRIVER_NAME, GPU_CLASS

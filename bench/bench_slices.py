@@ -14,9 +14,9 @@ from kubernetes import client
 
 from bench.timing import Timing, measure, report
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.publish_config import PublishConfig
-from dra_driver.publisher import SlicePublisher
-from dra_driver.slices import build_slices
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.publisher import SlicePublisher
+from dra_driver.publishing.slices import build_slices
 from nativedra.cluster import create_fake_node
 
 FIRST_PUBLISH_NODES = 5

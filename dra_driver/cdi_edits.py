@@ -14,7 +14,7 @@ from cdi.spec import CdiDevice, ContainerEdits, DeviceNode, Mount, Spec
 from dra_driver.errors import PrepareError
 from dra_driver.inventory import Gpu, Vendor
 from dra_driver.opaque_config import GpuConfig, SharingStrategy
-from dra_driver.published import DeviceKind, PublishedDevice
+from dra_driver.publishing.published import DeviceKind, PublishedDevice
 from kube.units import MIB
 
 CDI_VENDOR = "k8s.gpu.nativedra.dev"

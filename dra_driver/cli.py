@@ -16,8 +16,8 @@ from dra_driver.discovery.factory import BACKENDS, make_backend
 from dra_driver.discovery.simulated import profile_document
 from dra_driver.inventory import Inventory
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_DEV_ROOT, DEFAULT_SYS_ROOT, add_socket_flags
-from dra_driver.publish_config import ConfigError, PublishConfig, load_publish_config, parse_fractions
-from dra_driver.slices import devices_and_counters
+from dra_driver.publishing.publish_config import ConfigError, PublishConfig, load_publish_config, parse_fractions
+from dra_driver.publishing.slices import devices_and_counters
 from kube.units import GIB
 
 

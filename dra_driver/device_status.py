@@ -28,7 +28,7 @@ from urllib3.exceptions import HTTPError
 
 from dra_driver.cdi_edits import ClaimDevice, limits
 from dra_driver.claim import ClaimRef
-from dra_driver.published import DeviceKind
+from dra_driver.publishing.published import DeviceKind
 from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_CLAIMS
 

@@ -13,7 +13,7 @@ from dra_driver.cdi_edits import ClaimDevice
 from dra_driver.checkpoint import ClaimRecord
 from dra_driver.claim import ClaimRef
 from dra_driver.errors import PrepareError
-from dra_driver.published import DeviceKind, PublishedDevice
+from dra_driver.publishing.published import DeviceKind, PublishedDevice
 
 log = logging.getLogger(__name__)
 MIG_MODE = "MIG"

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from dra_driver.discovery import Backend
 from dra_driver.inventory import Inventory
-from dra_driver.publish_config import PublishConfig
-from dra_driver.published import PublishedDevice
-from dra_driver.slices import Spec, devices_and_counters
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.published import PublishedDevice
+from dra_driver.publishing.slices import Spec, devices_and_counters
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ from dra_driver.kubelet_paths import (
 from dra_driver.metadata_store import MetadataStore
 from dra_driver.node_devices import NodeDevices
 from dra_driver.prepare import ClaimPreparer, LocalNode, Reporters
-from dra_driver.publish_config import PublishConfig
-from dra_driver.publisher import SlicePublisher
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.publisher import SlicePublisher
+from dra_driver.publishing.slice_controller import SliceController
 from dra_driver.repair import reconcile
-from dra_driver.slice_controller import SliceController
 from dra_driver.stores import Stores, spec_store
 from kube.bounded import bounded_client
 from kube.client import api_client

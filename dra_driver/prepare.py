@@ -44,7 +44,7 @@ from dra_driver.errors import PrepareError
 from dra_driver.gpu_mode import check_modes
 from dra_driver.kubelet_paths import CDI_SEARCH_DIRS
 from dra_driver.opaque_config import ConfigError, config_for_request
-from dra_driver.published import DeviceKind, PublishedDevice
+from dra_driver.publishing.published import DeviceKind, PublishedDevice
 from dra_driver.stores import Stores, prepared_count
 from dra_driver.vendor_cdi import vendor_device_id
 from kube.names import DRIVER_NAME

@@ -15,9 +15,9 @@ import yaml
 from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.publish_config import PublishConfig
-from dra_driver.publisher import SlicePublisher
-from dra_driver.slices import build_slices
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.publisher import SlicePublisher
+from dra_driver.publishing.slices import build_slices
 from extender.config import RACK_LABEL
 from kube.names import GPU_CLASS
 from nativedra.cluster import create_fake_node, wait_for, wait_pod_scheduled

@@ -18,9 +18,9 @@ from kubernetes import client
 
 from cdi.spec import EARLIEST_VERSION
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.publish_config import PublishConfig
-from dra_driver.publisher import SlicePublisher
-from dra_driver.slices import UNHEALTHY_TAINT_KEY, build_slices
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.publisher import SlicePublisher
+from dra_driver.publishing.slices import UNHEALTHY_TAINT_KEY, build_slices
 from kube.names import CDI_KIND, DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, SHARE_CLASS
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable

@@ -14,9 +14,9 @@ import yaml
 from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, packaged_profiles, resolve_profile
-from dra_driver.publish_config import PublishConfig
-from dra_driver.publisher import SlicePublisher, same_spec
-from dra_driver.slices import build_slices
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.publisher import SlicePublisher, same_spec
+from dra_driver.publishing.slices import build_slices
 from kube.names import DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
 from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable

@@ -18,9 +18,9 @@ from dra_driver.discovery.nvml import CRITICAL_XID_EVENTS, DOUBLE_BIT_ECC_EVENT,
 from dra_driver.discovery.simulated import model_facts, shipped_models
 from dra_driver.inventory import Inventory, Vendor
 from dra_driver.opaque_config import DEFAULT
-from dra_driver.publish_config import PublishConfig
-from dra_driver.published import DeviceKind
-from dra_driver.slices import (
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.published import DeviceKind
+from dra_driver.publishing.slices import (
     MAX_DEVICES_PER_SLICE,
     build_slices,
     devices_and_counters,

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.publish_config import PublishConfig
-from dra_driver.slices import build_slices
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.slices import build_slices
 from extender.config import RACK_LABEL
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape, NativeGroup
 from extender.model import Node, Usage, nodes_from, usage_from

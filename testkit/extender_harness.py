@@ -19,9 +19,9 @@ import yaml
 from kubernetes import client, config
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.publish_config import PublishConfig
-from dra_driver.publisher import SlicePublisher
-from dra_driver.slices import build_slices
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.publisher import SlicePublisher
+from dra_driver.publishing.slices import build_slices
 from kube.names import GPU_CLASS
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for

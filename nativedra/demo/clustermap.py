@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_driver.published import DeviceKind, DeviceView, memory_slices_of
+from dra_driver.publishing.published import DeviceKind, DeviceView, memory_slices_of
 from extender.gang import gang_of
 from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES

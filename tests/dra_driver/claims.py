@@ -16,9 +16,9 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.errors import PrepareError
 from dra_driver.metadata_store import MetadataStore
 from dra_driver.prepare import ClaimPreparer, LocalNode, Reporters
-from dra_driver.publish_config import PublishConfig
-from dra_driver.published import PublishedDevice
-from dra_driver.slices import devices_and_counters
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.published import PublishedDevice
+from dra_driver.publishing.slices import devices_and_counters
 from dra_driver.stores import Stores, spec_store
 from kube.names import DRIVER_NAME
 

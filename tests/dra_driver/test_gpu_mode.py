@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dra_driver.errors import PrepareError
-from dra_driver.publish_config import PublishConfig
-from dra_driver.slices import devices_and_counters
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.slices import devices_and_counters
 from tests.dra_driver.claims import INVENTORY, Node, new_claim
 
 BOTH_MODES = {d.name: d for d in devices_and_counters(INVENTORY, PublishConfig(mig_or_fractions=True))[0]}

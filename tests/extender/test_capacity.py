@@ -5,8 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.publish_config import PublishConfig
-from dra_driver.slices import build_slices
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.slices import build_slices
 from extender.capacity import Matcher, available, members_fit
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Request

@@ -13,8 +13,8 @@ from kubernetes.utils import parse_quantity
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.inventory import Gpu, Health, Inventory
-from dra_driver.publish_config import PublishConfig
-from dra_driver.slices import (
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.slices import (
     COMPUTE_UNITS,
     MAX_ATTRIBUTES_AND_CAPACITIES,
     MAX_COUNTER_SETS_PER_SLICE,

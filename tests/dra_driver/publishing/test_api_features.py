@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dra_driver.api_features import FieldsDroppedError, describe, dropped_fields, feature_fields, safe_config
-from dra_driver.publish_config import PublishConfig
+from dra_driver.publishing.api_features import FieldsDroppedError, describe, dropped_fields, feature_fields, safe_config
+from dra_driver.publishing.publish_config import PublishConfig
 
 COUNTERS = {"sharedCounters": [{"name": "gpu-0-counters", "counters": {"memory": {"value": "1"}}}]}
 PARTITION = {"name": "gpu-0-1of2-0", "consumesCounters": [{"counterSet": "gpu-0-counters", "counters": {}}]}

@@ -17,8 +17,8 @@ from typing import Any
 
 from dra_driver import DRIVER_NAME
 from dra_driver.inventory import Gpu, Health, Inventory, MigProfile
-from dra_driver.publish_config import PublishConfig
-from dra_driver.published import DeviceKind, Fraction, PublishedDevice, memory_slice_counter
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.published import DeviceKind, Fraction, PublishedDevice, memory_slice_counter
 from kube.units import MIB
 
 MAX_DEVICES_PER_SLICE = 128

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.publisher import same_spec, slice_name
+from dra_driver.publishing.publisher import same_spec, slice_name
 
 
 def test_quantity_spellings_and_taint_timestamps_are_ignored() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dra_driver.publish_config import PublishConfig
+from dra_driver.publishing.publish_config import PublishConfig
 
 GATE_OF_FIELD = {
     "sharedCounters": "DRAPartitionableDevices",

@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client, watch
 
 from dra_driver import DRIVER_NAME, metrics
-from dra_driver.api_features import FieldsDroppedError, dropped_fields, feature_fields
+from dra_driver.publishing.api_features import FieldsDroppedError, dropped_fields, feature_fields
 from kube.resources import RESOURCE_SLICES
 from kube.units import quantity
 

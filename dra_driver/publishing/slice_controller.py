@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 from kubernetes import watch
 
-from dra_driver.api_features import FieldsDroppedError, describe, safe_config
 from dra_driver.node_devices import NodeDevices
-from dra_driver.publisher import PublishResult, SlicePublisher
-from dra_driver.slices import pack_slices
+from dra_driver.publishing.api_features import FieldsDroppedError, describe, safe_config
+from dra_driver.publishing.publisher import PublishResult, SlicePublisher
+from dra_driver.publishing.slices import pack_slices
 
 log = logging.getLogger(__name__)
 WATCH_TIMEOUT_S = 30

@@ -1,0 +1,4 @@
+"""Publishing this node's devices: the devices as published (`published`), the ResourceSlices built
+from the inventory (`slices`, shaped by `publish_config`), their writer (`publisher`), the fields
+the API server serves (`api_features`) and the loop that keeps the slices current
+(`slice_controller`)."""
