@@ -18,6 +18,7 @@ from dra_driver.inventory import Inventory
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_DEV_ROOT, DEFAULT_SYS_ROOT, add_socket_flags
 from dra_driver.publishing.publish_config import ConfigError, PublishConfig, load_publish_config, parse_fractions
 from dra_driver.publishing.slices import devices_and_counters
+from kube.names import DRIVER_NAME
 from kube.units import GIB
 
 
@@ -152,7 +153,7 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "plugin",
         help="run the DRA node plugin (discovery, ResourceSlices, kubelet gRPC, CDI)",
         description="Runs on every GPU node (DaemonSet). Discovers the node's accelerators and publishes them as "
-        "resource.k8s.io/v1 ResourceSlices of driver gpu.nativedra.dev, pool = node name.",
+        f"resource.k8s.io/v1 ResourceSlices of driver {DRIVER_NAME}, pool = node name.",
     )
     add_flag(plugin, "--node-name", required=True, help="this node's name (downward API spec.nodeName)")
     add_flag(plugin, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
