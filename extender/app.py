@@ -36,7 +36,7 @@ Filtered = tuple[list[str], dict[str, str], str]  # passing nodes, failed nodes 
 
 
 @dataclass(frozen=True)
-class Limits:
+class RequestLimits:
     """What one caller can make the extender spend."""
 
     body_floor_bytes: int = 1024 * 1024
@@ -66,7 +66,7 @@ def _refuse(verb: str, status: int, reason: str) -> JSONResponse:
 class _Handler:
     """Reading, parsing and dispatching one verb's calls under the limits."""
 
-    def __init__(self, state: ClusterState, limits: Limits, watchdog: Watchdog) -> None:
+    def __init__(self, state: ClusterState, limits: RequestLimits, watchdog: Watchdog) -> None:
         self.state = state
         self.limits = limits
         self.watchdog = watchdog
@@ -162,22 +162,24 @@ def create_probe_app(state: ClusterState, watchdog: Watchdog) -> FastAPI:
 
 
 def create_app(
-    state: ClusterState, decider: Decider, limits: Limits | None = None, watchdog: Watchdog | None = None
+    state: ClusterState, decider: Decider, limits: RequestLimits | None = None, watchdog: Watchdog | None = None
 ) -> FastAPI:
     """The extender verbs and the probes; `watchdog` is shared with a probe app when there is one."""
-    limits = limits or Limits()
+    limits = limits or RequestLimits()
 
     @contextlib.asynccontextmanager
     async def background_planner(_app: FastAPI) -> AsyncIterator[None]:
-        """Plans the newest view off the request path while the app serves (see Decider.keep_fresh)."""
+        """Plans the newest view off the request path while the app serves (see CurrentPlan.keep_fresh)."""
         stop = threading.Event()
-        planner = threading.Thread(target=decider.keep_fresh, args=(state.view, stop), name="planner", daemon=True)
+        planner = threading.Thread(
+            target=decider.plans.keep_fresh, args=(state.view, stop), name="planner", daemon=True
+        )
         planner.start()
         try:
             yield
         finally:
             stop.set()
-            decider.refresh_wanted.set()
+            decider.plans.refresh_wanted.set()
             planner.join(timeout=5)
 
     app = FastAPI(title="nativedra scheduler extender", docs_url=None, redoc_url=None, lifespan=background_planner)

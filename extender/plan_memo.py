@@ -1,72 +1,18 @@
-"""What one plan leaves for the next: each gang's hold clock (when its hold began, and whether
-it lapsed) and a memo of what it was planned against, so the next plan re-plans only the gangs
-an event can affect. Pure; `plan_cluster` (extender.planner) gives the same result without it.
+"""What one plan leaves for the next: a memo of what each gang was planned against, so the next
+plan re-plans only the gangs an event can affect. A performance memo only: `plan_cluster`
+(extender.planner) gives the same result without it. Hold clocks are extender.hold_clock's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from extender.capacity import Matcher, members_fit
+from extender.capacity import Matcher
 from extender.gang import GangRef, Part
+from extender.hold_clock import hold_clock, room_counts
 from extender.model import Node, Usage
 from extender.plan_model import Gang, HoldClock, Limits, Member, Plan
-
-Room = Callable[[Gang, Node, Usage, Matcher], tuple[int, ...]]
-
-
-def _room(gang: Gang, node: Node, usage: Usage, matcher: Matcher) -> tuple[int, ...]:
-    """How many members of each of the gang's demands fit on `node` with `usage`: all that a plan
-    reads of a node it holds nothing on, so a usage change that leaves these counts alone (a 1-GPU
-    pod coming or going beside an 8-GPU member's worth of used devices) cannot change the plan."""
-    limit, demands = gang.room_shape()
-    return tuple(members_fit(node, usage, demand, limit, matcher)[0] for demand in demands)
-
-
-def _room_grew(
-    gang: Gang, node: Node | None, before: Usage | None, now: Usage | None, matcher: Matcher, *, room: Room = _room
-) -> bool:
-    """Capacity was freed on `node` for this gang: more of its members fit there than before (or
-    the node is new to it)."""
-    if node is None or now is None:
-        return False
-    if before is None:
-        return True
-    if before is now or before.within(now):
-        return False
-    return any(a > b for a, b in zip(room(gang, node, now, matcher), room(gang, node, before, matcher), strict=True))
-
-
-def hold_clock(
-    gang: Gang,
-    previous: HoldClock | None,
-    nodes: dict[str, Node],
-    usage: dict[str, Usage],
-    matcher: Matcher,
-    *,
-    now: float,
-    timeout: float,
-) -> HoldClock:
-    """The gang's hold clock after this plan. Without a previous one (a fresh or restarted extender)
-    it starts at the gang's last progress, as read from the API."""
-    members = frozenset((m.pod, m.node, m.done) for m in gang.members)
-
-    def usable() -> dict[str, Usage]:  # only expired gangs look at usage: most plans skip the nodes
-        return {name: usage[name] for name, node in nodes.items() if gang.may_use(node)}
-
-    if previous is None:
-        since = gang.anchor()
-    elif previous.members != members or (
-        previous.expired
-        and any(_room_grew(gang, nodes.get(n), previous.usage.get(n), u, matcher) for n, u in usable().items())
-    ):
-        since = now
-    else:
-        since = previous.since
-    since = max(since, gang.anchor())
-    expired = now - since > timeout
-    return HoldClock(since, members, expired, usable() if expired else {})
 
 
 def _same_members(before: list[Member], now: list[Member]) -> bool:
@@ -155,12 +101,12 @@ class Incremental:
         self._rooms: dict[tuple[object, ...], tuple[Node, Usage, tuple[int, ...]]] = {}
 
     def room(self, gang: Gang, node: Node, usage: Usage, matcher: Matcher) -> tuple[int, ...]:
-        """`_room`, once per gang shape, node and usage object in this plan."""
+        """`room_counts`, once per gang shape, node and usage object in this plan."""
         key = (gang.room_shape(), node.name, id(usage))
         found = self._rooms.get(key)
         if found is not None and found[0] is node and found[1] is usage:
             return found[2]
-        counts = _room(gang, node, usage, matcher)
+        counts = room_counts(gang, node, usage, matcher)
         self._rooms[key] = (node, usage, counts)
         return counts
 
@@ -183,34 +129,17 @@ class Incremental:
         nodes: dict[str, Node],
         usage: dict[str, Usage],
         matcher: Matcher,
-        **kw: float,
+        *,
+        now: float,
+        timeout: float,
     ) -> HoldClock:
-        """`hold_clock`, looking only at the nodes whose usage changed when the gang's last clock
-        is the one this memo made and the gang is unchanged."""
+        """`hold_clock`, told which nodes' usage changed when the gang's last clock is the one this
+        memo made on these very nodes for the same members: only those are looked at."""
         seen = self.seen(gang)
-        # The same members since this clock was made: it holds on until it expires.
-        if (
-            seen is not None
-            and previous is seen.clock
-            and not previous.expired
-            and kw["now"] - previous.since <= kw["timeout"]
-        ):
-            return previous
-        if seen is None or previous is not seen.clock or not previous.expired:
-            return hold_clock(gang, previous, nodes, usage, matcher, **kw)
-        # The clock's usage covers the nodes the gang itself may use; unchanged ones are the same objects.
-        changed = [name for name in self.base_dirty if name in previous.usage]
-        freed = any(
-            _room_grew(gang, nodes.get(name), previous.usage[name], usage.get(name), matcher, room=self.room)
-            for name in changed
+        changed = self.base_dirty if seen is not None and previous is seen.clock else None
+        return hold_clock(
+            gang, previous, nodes, usage, matcher, now=now, timeout=timeout, changed=changed, room=self.room
         )
-        since = max(kw["now"] if freed else previous.since, gang.anchor())
-        expired = kw["now"] - since > kw["timeout"]
-        if not expired:
-            return HoldClock(since, previous.members, False, {})
-        held = dict(previous.usage)
-        held.update({name: usage[name] for name in changed if name in usage})
-        return HoldClock(since, previous.members, True, held)
 
     def reuse(
         self,

@@ -30,6 +30,17 @@ class Member:
     affinity: PodAffinity = field(default=ANY_NODE, compare=False)  # its inter-pod (anti-)affinity
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One gang pod as the planner reads it (see extender.membership): `member` is None when the
+    pod is in no gang, or gone for good (Failed, being deleted: its controller creates a
+    replacement if one is needed)."""
+
+    pod: dict[str, Any]
+    ref: GangRef | None
+    member: Member | None
+
+
 @dataclass
 class Gang:
     """Members are fixed once planning starts: the stand-in per part is worked out once."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from extender.gang import JobSetShape, NativeGroup, may_belong_to_gang
 from extender.heap import collector_paused, freeze_survivors
+from extender.membership import GangSources, MemberIndex
 from extender.model import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
 
@@ -28,7 +29,6 @@ NATIVE_KINDS = ("nativepodgroups", "nativepodgroups-v1alpha2")
 Key = tuple[str, str]
 Change = tuple[str, Key]  # (kind, key); node models are kind "node" and usage "usage", key ("", node name)
 JOURNALED = frozenset({"pods", "resourceclaims", "resourceclaimtemplates"})
-SNAPSHOT_KINDS = ("pods", "resourceclaims", "resourceclaimtemplates")
 
 
 def _key(obj: dict[str, Any]) -> Key:
@@ -78,9 +78,9 @@ class ClusterState:
         self._claims_by_node: dict[str, set[Key]] = defaultdict(set)
         self._dirty_nodes: set[str] = set()
         self._dirty_usage: set[str] = set()
-        # Pods that may be gang members (in the order the pods were first stored) and pods with
+        # Pods that may be gang members, with their gangs and members kept current, and pods with
         # inter-pod (anti-)affinity: readers look at these, not at every pod.
-        self._gang_pods: dict[Key, None] = {}
+        self._members = MemberIndex()
         self._affinity_pods: set[Key] = set()
         # What the last view handed out, replaced (never changed) when something changed since.
         self._snapshots: dict[str, dict[Key, dict[str, Any]]] = {}
@@ -193,6 +193,8 @@ class ClusterState:
         if kind in NATIVE_KINDS:
             self._native = None
         self._view = None
+        if kind in ("resourceclaims", "resourceclaimtemplates"):
+            self._members.object_changed(kind, key)
         if kind in JOURNALED:
             self._note((kind, key), self.version + 1)
         else:
@@ -217,9 +219,9 @@ class ClusterState:
             if not stored and key in self.objects["pods"]:
                 return  # replaced: the new object's touch follows, and the pod keeps its place
             if stored and may_belong_to_gang(obj):
-                self._gang_pods.setdefault(key)
+                self._members.pod_stored(key, obj)
             else:
-                self._gang_pods.pop(key, None)
+                self._members.pod_forgotten(key)
             if stored and _has_pod_affinity(obj):
                 self._affinity_pods.add(key)
             else:
@@ -325,6 +327,12 @@ class ClusterState:
                 for key, group in self.objects["podgroups"].items()
             }
             version = self.version
+            classes = {k[1]: v for k, v in self.objects["deviceclasses"].items()}
+            jobsets = {key: JobSetShape.from_api(obj) for key, obj in self.objects["jobsets"].items()}
+            native_groups = self._native_groups()
+            sources = GangSources(classes, jobsets, pod_groups, native_groups, self.driver)
+            claims, templates = self.objects["resourceclaims"], self.objects["resourceclaimtemplates"]
+            members = self._members.refresh(claims, templates, sources)
             self._view = ClusterView(
                 version=version,
                 nodes=self._nodes_view,
@@ -332,11 +340,11 @@ class ClusterState:
                 pods=self._snapshot("pods"),
                 claims=self._snapshot("resourceclaims"),
                 templates=self._snapshot("resourceclaimtemplates"),
-                classes={k[1]: v for k, v in self.objects["deviceclasses"].items()},
-                jobsets={key: JobSetShape.from_api(obj) for key, obj in self.objects["jobsets"].items()},
+                classes=classes,
+                jobsets=jobsets,
                 pod_group_min=pod_groups,
-                native_groups=self._native_groups(),
-                gang_pods=tuple(self._gang_pods),
+                native_groups=native_groups,
+                members=members,
                 affinity_pods=frozenset(self._affinity_pods),
                 unjournaled_version=self._unjournaled_version,
                 changes=lambda since: self.changes(since, version),

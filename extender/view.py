@@ -6,12 +6,13 @@ reads it; neither owns the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from extender.gang import JobSetShape, NativeGroup
 from extender.model import Node, Usage
+from extender.plan_model import Entry
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,10 @@ class ClusterView:
     pod_group_min: dict[tuple[str, str], int] = field(default_factory=dict)
     # Native PodGroups (scheduling.k8s.io); None where the cluster does not serve that API.
     native_groups: dict[tuple[str, str], NativeGroup] | None = None
-    # Keys of the pods that may be gang members, and of those with inter-pod (anti-)affinity terms,
-    # as the watches index them; None: not indexed, readers look at every pod.
-    gang_pods: tuple[tuple[str, str], ...] | None = None
+    # The pods that may be gang members, each with its gang and member as the watches keep them
+    # current (extender.membership; the same mapping until one changes), and the keys of the pods
+    # with inter-pod (anti-)affinity terms; None: not indexed, readers work out every pod.
+    members: Mapping[tuple[str, str], Entry] | None = None
     affinity_pods: frozenset[tuple[str, str]] | None = None
     # Bumped by every change to a kind the journal below does not name (classes, JobSets, PodGroups,
     # a whole kind re-listed): equal numbers mean only journaled kinds changed in between.

