@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from extender.app import Limits, create_app
+from extender.app import RequestLimits, create_app
 from extender.config import ExtenderConfig
 from extender.decide import Decider
 from extender.gang import GANG, GANG_SIZE
@@ -139,7 +139,7 @@ def test_a_body_over_the_cluster_derived_limit_gets_a_413_before_it_is_parsed(cl
     names = [f"node-{index:07d}-{'x' * 100}" for index in range(20_000)]  # ~2.4 MB for an empty cluster
     response = client.post("/filter", content=_body(_pod(), NodeNames=names))
     assert response.status_code == 413 and "limit of 1048576" in response.json()["Error"]
-    assert Limits().body_limit(5000) == 5000 * 1024, "5,000 node names (~150 KB) fit with room to spare"
+    assert RequestLimits().body_limit(5000) == 5000 * 1024, "5,000 node names (~150 KB) fit with room to spare"
 
 
 @pytest.fixture
@@ -165,7 +165,7 @@ def _in_background(client: Client, path: str, body: bytes, answers: list[int]) -
 
 
 def test_the_fast_path_and_healthz_answer_while_planning_is_stuck(state: ClusterState, held: threading.Event) -> None:
-    limits = Limits(stuck_after_seconds=0.3)
+    limits = RequestLimits(stuck_after_seconds=0.3)
     with serving(create_app(state, Decider(ExtenderConfig()), limits)) as client:
         answers: list[int] = []
         stuck = _in_background(client, "/filter", _body(_pod(spec={"resourceClaims": CLAIMS})), answers)
@@ -184,7 +184,7 @@ def test_the_fast_path_and_healthz_answer_while_planning_is_stuck(state: Cluster
 
 
 def test_a_full_planning_queue_answers_503_at_once(state: ClusterState, held: threading.Event) -> None:
-    with serving(create_app(state, Decider(ExtenderConfig()), Limits(planning_queue=2))) as client:
+    with serving(create_app(state, Decider(ExtenderConfig()), RequestLimits(planning_queue=2))) as client:
         answers: list[int] = []
         body = _body(_pod(spec={"resourceClaims": CLAIMS}))
         waiting = [_in_background(client, "/prioritize", body, answers) for _ in range(2)]

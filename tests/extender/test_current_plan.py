@@ -1,129 +1,29 @@
-"""Plans reused across watch events: never when something a plan depends on changed, and always
-equal to a plan made from scratch (a fresh Decider, or the planner without its memo) on the same view."""
+"""CurrentPlan: a plan reused across watch events is never reused when something it depends on
+changed, and always equals a plan made from scratch (a fresh Decider, or the planner without its
+memo) on the same view: the oracle of the incremental planner."""
 
 from __future__ import annotations
 
 import copy
 import gc
-import json
-import random
 import threading
 import time
-from datetime import datetime
 from typing import Any
 
 import pytest
 
 from extender.capacity import Matcher
 from extender.cel_eval import Selectors
-from extender.config import RACK_LABEL, ExtenderConfig
+from extender.config import ExtenderConfig
 from extender.decide import Decider
 from extender.plan_memo import PlanMemo
 from extender.plan_model import Gang, HoldClock
 from extender.planner import ClusterPlan, plan_cluster
 from extender.scoring import score
 from extender.state import ClusterState
-from tests import builders
-from tests.builders import CREATED, DRIVER, claimed_pod, gang_labels
-
-SOON = datetime.fromisoformat(CREATED.replace("Z", "+00:00")).timestamp() + 10
-LATE = SOON + 3600  # every hold has expired: expired gangs plan behind the others
-GPUS = [f"gpu-{index}" for index in range(8)]
-Key = tuple[str, str]
-
-
-def _key(obj: dict[str, Any]) -> Key:
-    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
-
-
-class Cluster:
-    """64 nodes of 8 GPUs, 8 to a rack: 45 nodes run eight 1-GPU pods, 19 are free; 4 gangs of
-    4 pods x 8 GPUs that require one rack are pending. Fed to a real ClusterState as the watches do."""
-
-    def __init__(self, seed: int) -> None:
-        self.random = random.Random(seed)  # noqa: S311 - a reproducible event sequence, not a secret
-        busy = builders.busy_cluster(64, rack_size=8, pending_gangs=4, pending_gang_size=4, namespace="ns")
-        self.state = ClusterState(DRIVER)
-        for kind, items in busy.objects.items():
-            self.state.replace(kind, json.loads(json.dumps(items)))
-        self.single = busy.single
-        self.eight = next(t for t in busy.objects["resourceclaimtemplates"] if t["metadata"]["name"] == "eight")
-        self.version = 2
-        self.added = 0
-
-    def _put(self, kind: str, obj: dict[str, Any]) -> None:
-        obj = copy.deepcopy(obj)
-        obj["metadata"]["resourceVersion"] = str(self.version)
-        self.version += 1
-        self.state.apply("MODIFIED", kind, obj)
-
-    def _pick(self, kind: str, test: Any) -> dict[str, Any] | None:
-        found = [obj for obj in self.state.objects[kind].values() if test(obj)]
-        return self.random.choice(found) if found else None
-
-    def touch_claim(self) -> str:
-        """A status update that changes nothing the planner reads."""
-        claim = self._pick("resourceclaims", lambda c: (c.get("status") or {}).get("allocation"))
-        if claim is not None:
-            self._put("resourceclaims", claim)
-        return "touch"
-
-    def free(self) -> str:
-        """A running pod ends: its claim is deleted, its GPU is free again."""
-        claim = self._pick("resourceclaims", lambda c: (c.get("status") or {}).get("allocation"))
-        if claim is not None:
-            self.state.apply("DELETED", "resourceclaims", claim)
-        return "free"
-
-    def allocate(self, node: str | None = None) -> str:
-        """A pending gang member's claim is allocated on a node with all 8 GPUs free."""
-        view = self.state.view()
-        free = [name for name, used in view.usage.items() if not used.devices]
-        claim = self._pick(
-            "resourceclaims",
-            lambda c: not (c.get("status") or {}).get("allocation") and c["metadata"]["name"].startswith("pending"),
-        )
-        if not free or claim is None:
-            return "allocate (none)"
-        node = node if node in free else self.random.choice(free)
-        owner = claim["metadata"]["name"].removesuffix("-gpus")
-        allocated = builders.allocated_claim(claim["metadata"]["name"], node, GPUS, "ns", reserved_for=owner)
-        self._put("resourceclaims", {**claim, "status": allocated["status"]})
-        return "allocate"
-
-    def add_member(self) -> str:
-        """A new gang of two appears, or a member joins one."""
-        self.added += 1
-        gang = f"late-{self.added // 2}"
-        member, claim = claimed_pod(
-            f"{gang}-{self.added % 2}", self.eight, "ns", labels=gang_labels(gang, 2, RACK_LABEL)
-        )
-        self._put("resourceclaims", claim)
-        self._put("pods", member)
-        return "member"
-
-    def taint(self) -> str:
-        """A node's slice changes: one of its GPUs is tainted (a new Node object)."""
-        resource_slice = self._pick("resourceslices", lambda s: True)
-        if resource_slice is not None:
-            changed = copy.deepcopy(resource_slice)
-            device = self.random.choice(changed["spec"]["devices"])
-            device["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
-            self._put("resourceslices", changed)
-        return "taint"
-
-    def step(self) -> str:
-        event = self.random.choice(
-            [self.touch_claim, self.touch_claim, self.free, self.allocate, self.add_member, self.taint]
-        )
-        return event()
-
-
-def _same_plan(mine: ClusterPlan, fresh: ClusterPlan) -> None:
-    assert mine.plans == fresh.plans
-    assert mine.held == fresh.held
-    assert mine.holders == fresh.holders
-    assert mine.valid_until == fresh.valid_until
+from testkit import builders
+from testkit.builders import DRIVER
+from tests.extender.random_events import LATE, SOON, Cluster, same_plan
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -133,7 +33,7 @@ def test_a_reused_plan_equals_a_fresh_deciders_plan_over_random_events(seed: int
     for _ in range(50):
         cluster.step()
         view = cluster.state.view()
-        _same_plan(
+        same_plan(
             decider.plans.plan(view, cluster.single, SOON),
             Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON),
         )
@@ -155,7 +55,7 @@ def test_a_plan_with_the_memo_equals_one_without_it_when_holds_have_expired(seed
             view.nodes, view.usage, gangs, decider.matcher, now=LATE, limits=limits, clocks=clocks, memo=memo
         )
         without = plan_cluster(view.nodes, view.usage, gangs, matcher, now=LATE, limits=limits, clocks=clocks)
-        _same_plan(with_memo, without)
+        same_plan(with_memo, without)
         assert with_memo.clocks == without.clocks
         clocks, memo = with_memo.clocks, with_memo.memo
 
@@ -181,7 +81,7 @@ def test_a_gpu_freed_beside_used_ones_reuses_every_whole_node_gang_plan() -> Non
     view = cluster.state.view()
     after = decider.plans.plan(view, cluster.single, SOON)
     assert all(after.plans[key] is plan for key, plan in before.plans.items())
-    _same_plan(after, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
+    same_plan(after, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
 
 
 def test_an_expired_hold_revives_only_where_a_member_now_fits() -> None:
@@ -229,7 +129,7 @@ def test_a_plan_is_not_reused_when_something_it_depends_on_changed(event: str) -
         cluster._put("resourceslices", changed)
     view = cluster.state.view()
     after = decider.plans.plan(view, cluster.single, SOON)
-    _same_plan(after, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
+    same_plan(after, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
     assert after.plans != before.plans or after.held != before.held
 
 
@@ -312,7 +212,7 @@ def test_an_event_no_gang_reads_answers_with_the_same_plan_and_one_it_reads_does
     view = cluster.state.view()
     after_class = decider.plans.plan(view, cluster.single, SOON)
     assert after_class is not before
-    _same_plan(after_class, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
+    same_plan(after_class, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
     member_claim = next(
         c for c in cluster.state.objects["resourceclaims"].values() if c["metadata"]["name"].startswith("pending")
     )
@@ -322,7 +222,7 @@ def test_an_event_no_gang_reads_answers_with_the_same_plan_and_one_it_reads_does
     view = cluster.state.view()
     after_claim = decider.plans.plan(view, cluster.single, SOON)
     assert after_claim is not after_class
-    _same_plan(after_claim, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
+    same_plan(after_claim, Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON))
 
 
 def test_a_gpu_freed_outside_every_gang_skips_the_pass_over_gang_pods() -> None:
@@ -335,7 +235,7 @@ def test_a_gpu_freed_outside_every_gang_skips_the_pass_over_gang_pods() -> None:
     found = _gangs_planned(decider)
     cluster.free()
     view = cluster.state.view()
-    _same_plan(
+    same_plan(
         decider.plans.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON)
     )
     assert _gangs_planned(decider) is found
@@ -348,7 +248,7 @@ def test_a_gpu_freed_outside_every_gang_skips_the_pass_over_gang_pods() -> None:
     found = _gangs_planned(decider)
     cluster.free()
     view = cluster.state.view()
-    _same_plan(
+    same_plan(
         decider.plans.plan(view, cluster.single, SOON), Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON)
     )
     assert _gangs_planned(decider) is not found
