@@ -8,7 +8,7 @@ from decimal import Decimal
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
 from extender.lru import LruCache
-from extender.model import Node, NodeDevice, Usage, take
+from extender.node_usage import Node, NodeDevice, Usage, take
 
 FitKey = tuple[str, int, Demand, int]
 

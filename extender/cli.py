@@ -26,7 +26,7 @@ import uvloop
 from fastapi import FastAPI
 
 from cmdline.flags import add_flag
-from extender.app import Limits, create_app, create_probe_app
+from extender.app import RequestLimits, create_app, create_probe_app
 from extender.config import ConfigError, load_config
 from extender.decide import Decider
 from extender.health import Watchdog
@@ -94,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for kind in ClusterState.KINDS:
         threading.Thread(target=run_informer, args=(api, state, kind, stop), name=f"watch-{kind}", daemon=True).start()
-    limits = Limits(planning_workers=args.planning_workers, stuck_after_seconds=args.stuck_request_seconds)
+    limits = RequestLimits(planning_workers=args.planning_workers, stuck_after_seconds=args.stuck_request_seconds)
     watchdog = Watchdog(limits.stuck_after_seconds)
     servers = [_server(create_app(state, Decider(config), limits, watchdog), args, args.port, **tls)]
     if args.probe_port:

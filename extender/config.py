@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from extender.plan_model import HOLD_TIMEOUT_SECONDS, PLAN_BUDGET_SECONDS
 from kube.names import DRIVER_NAME
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -50,10 +51,9 @@ class ExtenderConfig(BaseModel):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
     topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS
-    plan_timeout_seconds: Annotated[float, Field(gt=0)] = 300.0
-    # Each gang's planning stops after this long and answers "not placeable yet", so one
-    # gang never delays the answers of the others past the scheduler's httpTimeout.
-    plan_budget_seconds: Annotated[float, Field(gt=0)] = 2.0
+    plan_timeout_seconds: Annotated[float, Field(gt=0)] = HOLD_TIMEOUT_SECONDS
+    # Each gang's planning stops after this long and answers "not placeable yet".
+    plan_budget_seconds: Annotated[float, Field(gt=0)] = PLAN_BUDGET_SECONDS
     # A ceiling on gang size below what the cluster could ever hold (that one always applies).
     max_gang_size: Annotated[int, Field(ge=1)] | None = None
     driver: str = DRIVER_NAME

@@ -18,10 +18,10 @@ from extender.capacity import Matcher
 from extender.config import ExtenderConfig
 from extender.eligibility import PlacedPods
 from extender.gang import may_belong_to_gang
-from extender.heap import collector_paused, freeze_survivors
+from extender.gc_control import collector_paused, freeze_survivors
 from extender.lag import Unwatched, pod_key
 from extender.membership import GangSources, entries_of, gangs_of, placed_pods, work_out
-from extender.plan_model import Gang, Limits, Plan
+from extender.plan_model import Gang, Plan, PlanLimits
 from extender.plan_snapshot import Depends, Kind, PlanInputs, PlanSnapshot, affinity_matters, classify
 from extender.planner import ClusterPlan, plan_cluster
 from extender.view import ClusterView
@@ -53,7 +53,7 @@ class CurrentPlan:
     def __init__(self, config: ExtenderConfig, matcher: Matcher) -> None:
         self.config = config
         self.matcher = matcher
-        self.limits = Limits(
+        self.limits = PlanLimits(
             config.plan_timeout_seconds, config.plan_budget_seconds, config.max_gang_size, config.topology_levels
         )
         self.snapshot: PlanSnapshot | None = None  # replaced whole, only under `_planning`
@@ -133,7 +133,7 @@ class CurrentPlan:
             changed = None if changes is None else frozenset(k[1] for kind, k in changes if kind in ("node", "usage"))
             gangs = None
         scratch = last is None
-        # A plan from scratch builds its members, fits and plans in bulk (see extender.heap).
+        # A plan from scratch builds its members, fits and plans in bulk (see extender.gc_control).
         with collector_paused() if scratch else contextlib.nullcontext():
             if gangs is None:
                 gangs = self.gangs(view, extra)

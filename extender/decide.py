@@ -16,7 +16,7 @@ from extender.gang import NATIVE, GangRef, gang_of
 from extender.lag import InFlight, complete_offer, pod_key
 from extender.lru import LruCache
 from extender.membership import node_of
-from extender.model import Node, Usage
+from extender.node_usage import Node, Usage
 from extender.planner import ClusterPlan
 from extender.scoring import score
 from extender.view import ClusterView

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from extender.capacity import Matcher, members_fit
-from extender.model import Node, Usage
+from extender.node_usage import Node, Usage
 from extender.plan_model import Gang, HoldClock
 
 Room = Callable[[Gang, Node, Usage, Matcher], tuple[int, ...]]

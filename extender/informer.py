@@ -21,7 +21,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
-from extender.heap import collector_paused
+from extender.gc_control import collector_paused
 from extender.state import NATIVE_KINDS, ClusterState
 from kube.resources import (
     COSCHEDULING_POD_GROUPS,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from extender.capacity import Matcher
 from extender.gang import GangRef, Part
 from extender.hold_clock import hold_clock, room_counts
-from extender.model import Node, Usage
-from extender.plan_model import Gang, HoldClock, Limits, Member, Plan
+from extender.node_usage import Node, Usage
+from extender.plan_model import Gang, HoldClock, Member, Plan, PlanLimits
 
 
 def _same_members(before: list[Member], now: list[Member]) -> bool:
@@ -60,7 +60,7 @@ class PlanMemo:
 
     nodes: dict[str, Node]
     usage: dict[str, Usage]
-    limits: Limits
+    limits: PlanLimits
     seen: dict[str, Seen]
     records: list[Record]
 
@@ -77,7 +77,7 @@ class Incremental:
         memo: PlanMemo | None,
         nodes: Mapping[str, Node],
         usage: Mapping[str, Usage],
-        limits: Limits,
+        limits: PlanLimits,
         changed: Collection[str] | None = None,
     ) -> None:
         same = memo is not None and memo.limits == limits and _same_objects(memo.nodes, nodes)

@@ -12,9 +12,14 @@ from typing import Any
 from extender.demand import Demand
 from extender.eligibility import ANY_NODE, PodAffinity, eligible
 from extender.gang import GangRef, Part
-from extender.model import Node, Usage
+from extender.node_usage import Node, Usage
 
 ANYWHERE = "the cluster"
+# How long a gang holds capacity without progress, and how long one gang's planning may take (so
+# one gang never delays the answers of the others past the scheduler's httpTimeout); the
+# extender's configuration starts from these.
+HOLD_TIMEOUT_SECONDS = 300.0
+PLAN_BUDGET_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -180,12 +185,12 @@ class HoldClock:
 
 
 @dataclass(frozen=True)
-class Limits:
+class PlanLimits:
     """What bounds planning: the hold timeout, each gang's time budget (seconds of the planner's
     clock), an optional ceiling on gang size under what the cluster could ever hold, and the
     topology levels (widest first) a preferred level widens through before giving up on one domain."""
 
-    timeout: float = 300.0
-    budget: float = 2.0
+    timeout: float = HOLD_TIMEOUT_SECONDS
+    budget: float = PLAN_BUDGET_SECONDS
     max_gang_size: int | None = None
     levels: tuple[str, ...] = ()

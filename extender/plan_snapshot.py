@@ -9,7 +9,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from extender.model import Node, Usage
+from extender.node_usage import Node, Usage
 from extender.plan_model import Entry, Gang
 from extender.planner import ClusterPlan
 from extender.view import ClusterView

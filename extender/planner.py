@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from extender.capacity import Matcher, members_fit, most_members
 from extender.demand import Demand
 from extender.gang import GangRef, Part
-from extender.model import Node, Usage
+from extender.node_usage import Node, Usage
 from extender.plan_memo import Incremental, PlanMemo, Record, Seen
-from extender.plan_model import ANYWHERE, Gang, HoldClock, Limits, Plan
+from extender.plan_model import ANYWHERE, Gang, HoldClock, Plan, PlanLimits
 
 
 @dataclass
@@ -165,7 +165,7 @@ def _no_room(gang: Gang, demand: Demand, best_seen: tuple[int, str]) -> str:
     return f"{needs}; {best}"
 
 
-def _too_big(gang: Gang, demand: Demand, nodes: dict[str, Node], matcher: Matcher, limits: Limits) -> str | None:
+def _too_big(gang: Gang, demand: Demand, nodes: dict[str, Node], matcher: Matcher, limits: PlanLimits) -> str | None:
     """Why the gang can never be placed whatever frees up, if its size is past a ceiling; checked
     before planning so no loop ever runs toward an absurd size."""
     key, size = gang.ref.key, gang.size
@@ -340,7 +340,7 @@ def _plan_gang(
     matcher: Matcher,
     *,
     taken: dict[str, str],
-    limits: Limits,
+    limits: PlanLimits,
     out_of_time: Callable[[], bool],
 ) -> tuple[Plan, dict[str, Usage]]:
     """One gang's remaining members, all of them or nothing held. A gang whose size is a minimum
@@ -373,7 +373,7 @@ def _plan_members(
     matcher: Matcher,
     *,
     taken: dict[str, str],
-    limits: Limits,
+    limits: PlanLimits,
     out_of_time: Callable[[], bool],
 ) -> tuple[Plan, dict[str, Usage]]:
     """The gang's remaining members: parts that need a domain of their own each get one, the rest
@@ -423,7 +423,7 @@ def _plan_in_budget(
     matcher: Matcher,
     *,
     taken: dict[str, str],
-    limits: Limits,
+    limits: PlanLimits,
     clock: Callable[[], float],
     spent: list[bool] | None = None,
 ) -> tuple[Plan, dict[str, Usage]]:
@@ -454,7 +454,7 @@ def plan_cluster(
     matcher: Matcher,
     *,
     now: float,
-    limits: Limits,
+    limits: PlanLimits,
     clocks: Mapping[str, HoldClock] | None = None,
     clock: Callable[[], float] = time.monotonic,
     memo: PlanMemo | None = None,

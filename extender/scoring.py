@@ -15,7 +15,7 @@ from collections import Counter
 from extender.capacity import Matcher, free_matching, place
 from extender.config import ScoreWeights
 from extender.demand import Demand, Request
-from extender.model import Node, NodeDevice, Usage
+from extender.node_usage import Node, NodeDevice, Usage
 
 MAX = 10
 

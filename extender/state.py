@@ -19,9 +19,9 @@ from collections import defaultdict
 from typing import Any
 
 from extender.gang import JobSetShape, NativeGroup, may_belong_to_gang
-from extender.heap import collector_paused, freeze_survivors
+from extender.gc_control import collector_paused, freeze_survivors
 from extender.membership import GangSources, MemberIndex
-from extender.model import Node, Usage, nodes_from, usage_from
+from extender.node_usage import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class ClusterState:
     # Between two scheduling calls a busy cluster delivers tens of events, a burst a few thousand; a
     # reader further behind than this checks everything (correct, only slower).
     JOURNAL_MAX = 8_192
-    # Node models rebuilt at once past which the collector is paused (see extender.heap).
+    # Node models rebuilt at once past which the collector is paused (see extender.gc_control).
     BULK_NODES = 256
     # Watch events between two freezes of the objects held (see `apply`).
     REFREEZE_EVENTS = 1_000
@@ -170,7 +170,7 @@ class ClusterState:
             if self._since_freeze >= self.REFREEZE_EVENTS and not self.missing():
                 # Objects from watch events live until replaced, like the listed ones: a full
                 # collection walking all of them stalled a call for up to 280 ms at 5,000 nodes.
-                # Only what arrived since the last freeze is collected, then frozen (extender.heap).
+                # Only what arrived since the last freeze is collected, then frozen (extender.gc_control).
                 freeze_survivors()
                 self._since_freeze = 0
 

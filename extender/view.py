@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.gang import JobSetShape, NativeGroup
-from extender.model import Node, Usage
+from extender.node_usage import Node, Usage
 from extender.plan_model import Entry
 
 

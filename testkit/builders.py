@@ -16,7 +16,7 @@ from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import build_slices
 from extender.config import RACK_LABEL
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape, NativeGroup
-from extender.model import Node, Usage, nodes_from, usage_from
+from extender.node_usage import Node, Usage, nodes_from, usage_from
 from extender.view import ClusterView
 from kube.names import DRIVER_NAME
 

@@ -10,7 +10,7 @@ from dra_driver.publishing.slices import build_slices
 from extender.capacity import Matcher, available, members_fit
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
-from extender.model import Usage, nodes_from, take
+from extender.node_usage import Usage, nodes_from, take
 from tests.builders import DRIVER, FRACTION, SHARE, gpu_nodes
 
 SHARE_NODE = gpu_nodes({"n": {}}, shares=True)["n"]

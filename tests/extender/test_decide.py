@@ -13,7 +13,7 @@ from extender.config import ExtenderConfig
 from extender.decide import RETRY, Decider
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
 from extender.lag import feasible_nodes_to_find
-from extender.model import Usage
+from extender.node_usage import Usage
 from extender.view import ClusterView
 from tests.builders import (
     CREATED,

@@ -9,7 +9,7 @@ from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
 from extender.gang import gang_of
 from extender.hold_clock import hold_clock
-from extender.model import Node, Usage
+from extender.node_usage import Node, Usage
 from extender.plan_model import Gang, HoldClock, Member
 from testkit.builders import DRIVER, GPU, gang_labels, pod, racks
 

@@ -6,8 +6,8 @@ from extender.capacity import Matcher
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED, gang_of
-from extender.model import Node, Usage
-from extender.plan_model import Gang, Limits, Member
+from extender.node_usage import Node, Usage
+from extender.plan_model import Gang, Member, PlanLimits
 from extender.planner import ClusterPlan, plan_cluster
 from tests.builders import DRIVER, GPU, gang_labels, gpu_nodes, pod, racks
 
@@ -28,7 +28,7 @@ def plan(
     nodes: dict[str, Node], gangs: list[Gang], now: float = 100.0, timeout: float = 300.0, full: tuple[str, ...] = ()
 ) -> ClusterPlan:
     usage = {name: Usage(devices=set(nodes[name].devices) if name in full else set()) for name in nodes}
-    return plan_cluster(nodes, usage, gangs, Matcher(Selectors(), DRIVER), now=now, limits=Limits(timeout=timeout))
+    return plan_cluster(nodes, usage, gangs, Matcher(Selectors(), DRIVER), now=now, limits=PlanLimits(timeout=timeout))
 
 
 def test_best_fit_keeps_the_big_rack_whole() -> None:
@@ -61,10 +61,14 @@ def test_an_expired_hold_waits_behind_others_until_its_members_change() -> None:
     expired = plan(nodes, [stale, fresh], now=400.0, timeout=300.0)
     assert expired.plans["ns/gang:stale"].expired and expired.plans["ns/gang:fresh"].feasible
     assert not expired.plans["ns/gang:stale"].feasible, "it backs off while the fresh gang holds"
-    later = plan_cluster(nodes, usage, [stale], matcher, now=700.0, limits=Limits(timeout=300.0), clocks=expired.clocks)
+    later = plan_cluster(
+        nodes, usage, [stale], matcher, now=700.0, limits=PlanLimits(timeout=300.0), clocks=expired.clocks
+    )
     assert later.plans["ns/gang:stale"].expired and later.holders == {}, "one timeout later it still holds nothing"
     stale.members.append(last)
-    changed = plan_cluster(nodes, usage, [stale], matcher, now=760.0, limits=Limits(timeout=300.0), clocks=later.clocks)
+    changed = plan_cluster(
+        nodes, usage, [stale], matcher, now=760.0, limits=PlanLimits(timeout=300.0), clocks=later.clocks
+    )
     assert not changed.plans["ns/gang:stale"].expired and sum(len(h) for h in changed.holders.values()) == 4
 
 
@@ -88,7 +92,7 @@ def test_a_gang_whose_plan_runs_out_of_time_is_not_placeable_yet_alone() -> None
         [gang("slow", 4, 1.0), narrow],
         Matcher(Selectors(), DRIVER),
         now=10.0,
-        limits=Limits(budget=5.0),
+        limits=PlanLimits(budget=5.0),
         clock=lambda: float(next(ticks)),
     )
     slow, other = result.plans["ns/gang:slow"], result.plans["ns/gang:other"]
@@ -118,7 +122,7 @@ LAYERED = gpu_nodes(
 
 def plan_with_levels(gang: Gang, levels: tuple[str, ...]) -> ClusterPlan:
     usage = {name: Usage() for name in LAYERED}
-    limits = Limits(levels=levels)
+    limits = PlanLimits(levels=levels)
     return plan_cluster(LAYERED, usage, [gang], Matcher(Selectors(), DRIVER), now=10.0, limits=limits)
 
 

@@ -6,7 +6,7 @@ from extender.capacity import Matcher
 from extender.cel_eval import Selectors
 from extender.config import ScoreWeights
 from extender.demand import Demand, Request
-from extender.model import Node, Usage, usage_from
+from extender.node_usage import Node, Usage, usage_from
 from extender.scoring import score
 from tests.builders import DRIVER, FRACTION, GPU, allocated_claim, gpu_nodes
 

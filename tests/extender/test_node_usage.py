@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from extender.model import NodeDevice
+from extender.node_usage import NodeDevice
 
 
 def shared(capacity: dict[str, Any]) -> NodeDevice:
