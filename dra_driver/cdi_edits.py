@@ -15,11 +15,8 @@ from dra_driver.errors import PrepareError
 from dra_driver.inventory import Gpu, Vendor
 from dra_driver.opaque_config import GpuConfig, SharingStrategy
 from dra_driver.publishing.published import DeviceKind, PublishedDevice
+from kube.names import CDI_KIND
 from kube.units import MIB
-
-CDI_VENDOR = "k8s.gpu.nativedra.dev"
-CDI_CLASS = "claim"
-CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
 
 NVIDIA_COMMON = ("/dev/nvidiactl",)
 NVIDIA_OPTIONAL = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")  # created lazily by nvidia-modprobe

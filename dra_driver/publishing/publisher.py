@@ -11,8 +11,9 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from dra_driver import DRIVER_NAME, metrics
+from dra_driver import metrics
 from dra_driver.publishing.api_features import FieldsDroppedError, dropped_fields, feature_fields
+from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_SLICES
 from kube.units import quantity
 
@@ -151,9 +152,9 @@ class SlicePublisher:
 
     def _check_served(self, name: str, body: dict[str, Any], exists: bool) -> None:
         """Before a slice with a feature field not yet seen kept is shown to the scheduler, a dry
-        run of the write: what the API server would store. Read back after the write, a dropped
-        field left the slice visible for a moment (a share claim waiting was allocated from it,
-        then its GPU again to a whole-GPU claim, on 1.34/1.35 servers)."""
+        run of the write: what the API server would store. Read back only after the write, a dropped
+        field would leave the slice visible for a moment, and on 1.34/1.35 servers a waiting share
+        claim can be allocated from it, then its GPU again to a whole-GPU claim."""
         features = feature_fields(body["spec"])
         if features <= self._served:
             return

@@ -15,10 +15,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from dra_driver import DRIVER_NAME
 from dra_driver.inventory import Gpu, Health, Inventory, MigProfile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.published import DeviceKind, Fraction, PublishedDevice, memory_slice_counter
+from kube.names import DRIVER_NAME
 from kube.units import MIB
 
 MAX_DEVICES_PER_SLICE = 128
