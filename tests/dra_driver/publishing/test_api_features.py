@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dra_driver.publishing.api_features import FieldsDroppedError, describe, dropped_fields, feature_fields, safe_config
 from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.slices import UNHEALTHY_TAINT_KEY
 
 COUNTERS = {"sharedCounters": [{"name": "gpu-0-counters", "counters": {"memory": {"value": "1"}}}]}
 PARTITION = {"name": "gpu-0-1of2-0", "consumesCounters": [{"counterSet": "gpu-0-counters", "counters": {}}]}
@@ -47,7 +48,7 @@ def test_without_compatibility_groups_each_gpu_keeps_the_fixed_split() -> None:
 
 
 def test_without_taints_a_faulty_gpu_is_left_out_rather_than_published_allocatable() -> None:
-    tainted = {"name": "gpu-3", "taints": [{"key": "gpu.nativedra.dev/unhealthy", "effect": "NoSchedule"}]}
+    tainted = {"name": "gpu-3", "taints": [{"key": UNHEALTHY_TAINT_KEY, "effect": "NoSchedule"}]}
     dropped = dropped_fields({"devices": [tainted]}, {"devices": [{"name": "gpu-3"}]})
     assert dropped == {"taints"}
     assert safe_config(PublishConfig(), dropped) == PublishConfig(omit_unhealthy=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dra_driver.publishing.publisher import same_spec, slice_name
+from dra_driver.publishing.slices import UNHEALTHY_TAINT_KEY
 
 
 def test_quantity_spellings_and_taint_timestamps_are_ignored() -> None:
@@ -13,7 +14,7 @@ def test_quantity_spellings_and_taint_timestamps_are_ignored() -> None:
                 "attributes": {"index": {"int": 0}},
                 "capacity": {"memory": {"value": "1000"}},
                 "consumesCounters": [{"counterSet": "c", "counters": {"compute": {"value": "1000"}}}],
-                "taints": [{"key": "gpu.nativedra.dev/unhealthy", "value": "true", "effect": "NoSchedule"}],
+                "taints": [{"key": UNHEALTHY_TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
             }
         ]
     }
@@ -24,9 +25,7 @@ def test_quantity_spellings_and_taint_timestamps_are_ignored() -> None:
                 "attributes": {"index": {"int": 0}},
                 "capacity": {"memory": {"value": "1k"}},
                 "consumesCounters": [{"counterSet": "c", "counters": {"compute": {"value": "1k"}}}],
-                "taints": [
-                    {"key": "gpu.nativedra.dev/unhealthy", "value": "true", "effect": "NoSchedule", "timeAdded": "now"}
-                ],
+                "taints": [{"key": UNHEALTHY_TAINT_KEY, "value": "true", "effect": "NoSchedule", "timeAdded": "now"}],
             }
         ]
     }
