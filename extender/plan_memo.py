@@ -5,7 +5,7 @@ plan re-plans only the gangs an event can affect. A performance memo only: `plan
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from extender.capacity import Matcher
@@ -141,7 +141,26 @@ class Incremental:
             gang, previous, nodes, usage, matcher, now=now, timeout=timeout, changed=changed, room=self.room
         )
 
-    def reuse(
+    def next(
+        self,
+        gang: Gang,
+        expired: bool,
+        taken: dict[str, str],
+        usable: frozenset[str],
+        *,
+        working: dict[str, Usage],
+        matcher: Matcher,
+        plan: Callable[[], Record],
+    ) -> Record:
+        """The record of the next gang in planning order: the last plan's, if nothing it depends on
+        changed, else `plan()`'s. The memo follows the last plan's usage point by point, so each
+        gang is taken in turn here, reused or planned, and the order is the caller's only duty
+        (`working` is the usage before this gang's plan is applied)."""
+        record = self._reusable(gang, expired, taken, usable, working=working, matcher=matcher) or plan()
+        self._done(record, working)
+        return record
+
+    def _reusable(
         self,
         gang: Gang,
         expired: bool,
@@ -171,8 +190,7 @@ class Incremental:
                 return None
         return record
 
-    def done(self, record: Record, working: dict[str, Usage]) -> None:
-        """After a gang is planned (`working` is the usage before its plan is applied)."""
+    def _done(self, record: Record, working: dict[str, Usage]) -> None:
         self.records.append(record)
         if self.memo is None:
             return

@@ -492,14 +492,16 @@ def plan_cluster(
     waiting = [g for g in present if after[g.ref.key].expired]
 
     def planned(gang: Gang, working: dict[str, Usage], expired: bool) -> tuple[Plan, dict[str, Usage]]:
-        record = incremental.reuse(gang, expired, taken, usable[gang.ref.key], working=working, matcher=matcher)
-        if record is None:
+        def plan_anew() -> Record:
             spent: list[bool] = []
             plan, changed = _plan_in_budget(
                 gang, nodes, working, matcher, taken=taken, limits=limits, clock=clock, spent=spent
             )
-            record = Record(gang.ref.key, expired, dict(taken), plan, changed, not spent)
-        incremental.done(record, working)
+            return Record(gang.ref.key, expired, dict(taken), plan, changed, not spent)
+
+        record = incremental.next(
+            gang, expired, taken, usable[gang.ref.key], working=working, matcher=matcher, plan=plan_anew
+        )
         return record.plan, record.changed
 
     for gang in _by_age(active):
