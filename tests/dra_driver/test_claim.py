@@ -9,6 +9,7 @@ import pytest
 
 from dra_driver.claim import ClaimRef, check_uid, our_results
 from dra_driver.errors import PrepareError
+from kube.names import DRIVER_NAME
 from tests.dra_driver.claims import NODE, claim
 
 
@@ -33,4 +34,4 @@ def test_a_claim_allocated_elsewhere_names_where() -> None:
     with pytest.raises(PrepareError) as error:
         our_results(claim(uid, pool="node-b"), ClaimRef("ns", uid, "train"), NODE)
     assert error.value.reason == "not_ours"
-    assert "in pool node-a (allocated: gpu.nativedra.dev/node-b)" in str(error.value)
+    assert f"in pool node-a (allocated: {DRIVER_NAME}/node-b)" in str(error.value)
