@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from extender.capacity import Matcher
 from extender.gang import GangRef, Part
-from extender.hold_clock import hold_clock, room_counts
+from extender.hold_clock import room_counts
 from extender.node_usage import Node, Usage
 from extender.plan_model import Gang, HoldClock, Member, Plan, PlanLimits
 
@@ -122,24 +122,11 @@ class Incremental:
         seen = self.seen(gang)
         return seen.usable if seen is not None else _usable_names(gang, nodes)
 
-    def clock(
-        self,
-        gang: Gang,
-        previous: HoldClock | None,
-        nodes: dict[str, Node],
-        usage: dict[str, Usage],
-        matcher: Matcher,
-        *,
-        now: float,
-        timeout: float,
-    ) -> HoldClock:
-        """`hold_clock`, told which nodes' usage changed when the gang's last clock is the one this
-        memo made on these very nodes for the same members: only those are looked at."""
+    def clock_changes(self, gang: Gang, previous: HoldClock | None) -> frozenset[str] | None:
+        """For `hold_clock`: the nodes whose usage changed, when the gang's last clock is the one
+        this memo made on these very nodes for the same members (only those need a look)."""
         seen = self.seen(gang)
-        changed = self.base_dirty if seen is not None and previous is seen.clock else None
-        return hold_clock(
-            gang, previous, nodes, usage, matcher, now=now, timeout=timeout, changed=changed, room=self.room
-        )
+        return self.base_dirty if seen is not None and previous is seen.clock else None
 
     def next(
         self,
@@ -156,22 +143,15 @@ class Incremental:
         changed, else `plan()`'s. The memo follows the last plan's usage point by point, so each
         gang is taken in turn here, reused or planned, and the order is the caller's only duty
         (`working` is the usage before this gang's plan is applied)."""
-        record = self._reusable(gang, expired, taken, usable, working=working, matcher=matcher) or plan()
+        record = self._last_record(gang, expired, taken)
+        if record is None or not self._room_unchanged(gang, record, usable & self.dirty, working, matcher):
+            record = plan()
         self._done(record, working)
         return record
 
-    def _reusable(
-        self,
-        gang: Gang,
-        expired: bool,
-        taken: dict[str, str],
-        usable: frozenset[str],
-        *,
-        working: Mapping[str, Usage],
-        matcher: Matcher,
-    ) -> Record | None:
-        """The last plan's record for this gang, if nothing it depends on changed: on each node it
-        may use whose usage differs from last time, it holds nothing and as many members fit."""
+    def _last_record(self, gang: Gang, expired: bool, taken: dict[str, str]) -> Record | None:
+        """The last plan's record at this point, if it is this gang's, reusable and planned against
+        the same members and exclusive domains."""
         if self.memo is None or self.index >= len(self.memo.records):
             self.memo = None
             return None
@@ -181,14 +161,22 @@ class Incremental:
             return None
         if not (record.reusable and self.seen(gang) is not None and record.taken == taken):
             return None
-        for name in self.dirty & usable:
-            then, now = self.previous.get(name, self.before.get(name)), working.get(name)
-            node = self.memo.nodes.get(name)
-            if name in record.plan.slots or then is None or now is None or node is None:
-                return None
-            if self.room(gang, node, then, matcher) != self.room(gang, node, now, matcher):
-                return None
         return record
+
+    def _room_unchanged(
+        self, gang: Gang, record: Record, moved: Collection[str], working: Mapping[str, Usage], matcher: Matcher
+    ) -> bool:
+        """On each node it may use whose usage differs from last time (`moved`), the gang holds
+        nothing and as many of its members fit."""
+        nodes = self.memo.nodes if self.memo is not None else {}
+        for name in moved:
+            then, now = self.previous.get(name, self.before.get(name)), working.get(name)
+            node = nodes.get(name)
+            if name in record.plan.slots or then is None or now is None or node is None:
+                return False
+            if self.room(gang, node, then, matcher) != self.room(gang, node, now, matcher):
+                return False
+        return True
 
     def _done(self, record: Record, working: dict[str, Usage]) -> None:
         self.records.append(record)

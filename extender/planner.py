@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from extender.capacity import Matcher, members_fit, most_members
 from extender.demand import Demand
 from extender.gang import GangRef, Part
+from extender.hold_clock import hold_clock
 from extender.node_usage import Node, Usage
 from extender.plan_memo import Incremental, PlanMemo, Record, Seen
 from extender.plan_model import ANYWHERE, Gang, HoldClock, Plan, PlanLimits
@@ -485,7 +486,17 @@ def plan_cluster(
             present.append(gang)
     usable = {g.ref.key: incremental.usable(g, nodes) for g in present}
     after = {
-        g.ref.key: incremental.clock(g, clocks.get(g.ref.key), nodes, usage, matcher, now=now, timeout=limits.timeout)
+        g.ref.key: hold_clock(
+            g,
+            clocks.get(g.ref.key),
+            nodes,
+            usage,
+            matcher,
+            now=now,
+            timeout=limits.timeout,
+            changed=incremental.clock_changes(g, clocks.get(g.ref.key)),
+            room=incremental.room,
+        )
         for g in present
     }
     active = [g for g in present if not after[g.ref.key].expired]
