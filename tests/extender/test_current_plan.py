@@ -12,13 +12,10 @@ from typing import Any
 
 import pytest
 
-from extender.capacity import Matcher
-from extender.cel_eval import Selectors
 from extender.config import ExtenderConfig
 from extender.decide import Decider
-from extender.plan_memo import PlanMemo
-from extender.plan_model import Gang, HoldClock
-from extender.planner import ClusterPlan, plan_cluster
+from extender.plan_model import Gang
+from extender.planner import ClusterPlan
 from extender.scoring import score
 from extender.state import ClusterState
 from testkit import builders
@@ -37,27 +34,6 @@ def test_a_reused_plan_equals_a_fresh_deciders_plan_over_random_events(seed: int
             decider.plans.plan(view, cluster.single, SOON),
             Decider(ExtenderConfig()).plans.plan(view, cluster.single, SOON),
         )
-
-
-@pytest.mark.parametrize("seed", [4, 5])
-def test_a_plan_with_the_memo_equals_one_without_it_when_holds_have_expired(seed: int) -> None:
-    cluster = Cluster(seed)
-    decider = Decider(ExtenderConfig())
-    clocks: dict[str, HoldClock] | None = None
-    memo: PlanMemo | None = None
-    for _ in range(50):
-        cluster.step()
-        view = cluster.state.view()
-        gangs = Decider(ExtenderConfig()).plans.gangs(view, cluster.single)
-        matcher = Matcher(Selectors(), DRIVER)
-        limits = decider.plans.limits
-        with_memo = plan_cluster(
-            view.nodes, view.usage, gangs, decider.matcher, now=LATE, limits=limits, clocks=clocks, memo=memo
-        )
-        without = plan_cluster(view.nodes, view.usage, gangs, matcher, now=LATE, limits=limits, clocks=clocks)
-        same_plan(with_memo, without)
-        assert with_memo.clocks == without.clocks
-        clocks, memo = with_memo.clocks, with_memo.memo
 
 
 def test_an_unrelated_event_reuses_every_gang_plan() -> None:
