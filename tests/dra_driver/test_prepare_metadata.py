@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import stat
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ import yaml
 from dra_driver.checkpoint import ClaimRecord, ClaimState
 from dra_driver.claim import ClaimRef
 from dra_driver.device_metadata import render
-from dra_driver.metadata_store import MetadataStore
 from dra_driver.repair import reconcile
 from kube.names import CDI_KIND, DRIVER_NAME
 from tests.dra_driver.claims import NODE, PUBLISHED, Node, claim, new_claim
@@ -168,9 +166,3 @@ def test_a_record_written_before_device_metadata_still_loads() -> None:
     with pytest.raises(ValueError, match="metadata is not an object of objects"):
         ClaimRecord.from_json({**record, "metadata": {"gpus": "text"}})
     assert json.loads(json.dumps(ClaimRecord.from_json(record).to_json()))["metadata"] == {}
-
-
-@pytest.mark.parametrize(("uid", "request_name"), [("../../etc", "gpus"), (str(uuid.uuid4()), "../x"), ("", "gpus")])
-def test_only_a_kubernetes_uid_and_a_dns_label_become_a_host_path(tmp_path: Path, uid: str, request_name: str) -> None:
-    with pytest.raises(ValueError, match="is not a"):
-        MetadataStore(tmp_path).path_for(uid, request_name)

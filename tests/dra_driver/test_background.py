@@ -1,0 +1,82 @@
+"""Background work never makes the kubelet wait: a full queue drops (and says what), a drain does
+everything queued in order, and Activity tells how long the kubelet has been quiet."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from dra_driver.background import MAX_QUEUED, Activity, BackgroundQueue
+
+
+def test_a_full_queue_drops_without_blocking_and_names_what_was_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    done: list[int] = []
+    work = BackgroundQueue(done.append, period_s=60)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="dra_driver.background"):
+        for item in range(MAX_QUEUED + 3):
+            work.offer(item, dropped=f"status of claim {item}")
+    assert time.monotonic() - started < 1, "offer must never wait for room"
+    dropped = [r.getMessage() for r in caplog.records]
+    assert dropped == [f"status of claim {item}: queue full" for item in range(MAX_QUEUED, MAX_QUEUED + 3)]
+    work.drain()
+    assert done == list(range(MAX_QUEUED)), "what was queued is done once, in order"
+    work.drain()
+    assert done == list(range(MAX_QUEUED))
+
+
+def test_room_freed_by_a_drain_is_used_again() -> None:
+    done: list[int] = []
+    work = BackgroundQueue(done.append, period_s=60)
+    for item in range(MAX_QUEUED + 1):
+        work.offer(item, dropped="x")
+    work.drain()
+    work.offer(-1, dropped="x")
+    work.drain()
+    assert done[-1] == -1 and len(done) == MAX_QUEUED + 1
+
+
+def test_run_drains_every_period_until_stopped() -> None:
+    done: list[str] = []
+    drained = threading.Event()
+
+    def work(item: str) -> None:
+        done.append(item)
+        drained.set()
+
+    queue = BackgroundQueue(work, period_s=0.01)
+    stop = threading.Event()
+    thread = threading.Thread(target=queue.run, args=(stop,))
+    thread.start()
+    try:
+        queue.offer("report", dropped="report")
+        assert drained.wait(5)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert done == ["report"] and not thread.is_alive()
+
+
+def test_activity_is_not_idle_while_a_call_runs_and_counts_from_the_last_end() -> None:
+    now = [10.0]
+    activity = Activity(clock=lambda: now[0])
+    assert activity.idle_for() == float("inf"), "no call yet: idle since ever"
+    with activity.running():
+        with activity.running():
+            now[0] = 12.0
+        now[0] = 15.0
+        assert activity.idle_for() == 0.0, "one call still runs"
+    now[0] = 18.0
+    assert activity.idle_for() == 3.0
+
+
+def test_a_failed_call_still_ends() -> None:
+    now = [0.0]
+    activity = Activity(clock=lambda: now[0])
+    with pytest.raises(RuntimeError), activity.running():
+        raise RuntimeError("prepare failed")
+    now[0] = 2.0
+    assert activity.idle_for() == 2.0
