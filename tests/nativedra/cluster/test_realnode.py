@@ -1,23 +1,16 @@
-"""The real node's configuration (pure builders), its credentials, the image's source digest and
-the partial stop `cluster down` uses before containerd goes."""
+"""The real node's configuration: pure builders for containerd, the kubelet, CNI and the fake /dev tree."""
 
 from __future__ import annotations
 
 import os
 import stat
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR
-from nativedra.cluster import pki
-from nativedra.cluster.image import source_digest
 from nativedra.cluster.node_runtime import NodeRuntime
-from nativedra.cluster.processes import Supervisor, running, stop_recorded
 from nativedra.cluster.realnode import (
     NVIDIA_MAJOR,
     NVIDIACTL_MINOR,
@@ -76,42 +69,3 @@ def test_fake_dev_tree_has_nvidia_character_devices(tmp_path: Path) -> None:
         "nvidia3": (NVIDIA_MAJOR, 3),
         "nvidiactl": (NVIDIA_MAJOR, NVIDIACTL_MINOR),
     }
-
-
-def test_a_node_client_certificate_names_the_node_in_system_nodes(tmp_path: Path) -> None:
-    material = pki.create(tmp_path / "pki")
-    cert_path, key_path = pki.node_client(material, "real-0", tmp_path / "node")
-    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:real-0"
-    assert cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:nodes"
-    ca = x509.load_pem_x509_certificate(material.ca_cert.read_bytes())
-    cert.verify_directly_issued_by(ca)
-    assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
-
-
-def test_the_image_digest_follows_the_copied_sources_only(tmp_path: Path) -> None:
-    (tmp_path / "extender").mkdir()
-    (tmp_path / "extender" / "app.py").write_text("one")
-    (tmp_path / "Dockerfile").write_text("FROM x")
-    first = source_digest(tmp_path)
-    (tmp_path / "extender" / "__pycache__").mkdir()
-    (tmp_path / "extender" / "__pycache__" / "app.pyc").write_bytes(b"\0")
-    (tmp_path / "notes.txt").write_text("not copied into the image")
-    assert source_digest(tmp_path) == first
-    (tmp_path / "extender" / "app.py").write_text("two")
-    assert source_digest(tmp_path) != first
-
-
-def test_stop_recorded_can_stop_one_process_and_keep_the_record(tmp_path: Path) -> None:
-    """`cluster down` stops the kubelet, then the containers, then containerd: one at a time."""
-    (tmp_path / "logs").mkdir()
-    supervisor = Supervisor(tmp_path, lambda: {}, tie_to_parent=True)
-    first = supervisor.spawn("first", Path(sys.executable), ["-c", "import time; time.sleep(60)"])
-    second = supervisor.spawn("second", Path(sys.executable), ["-c", "import time; time.sleep(60)"])
-    try:
-        assert stop_recorded(tmp_path, only="second") == ["second"]
-        assert running(first) and not running(second)
-        assert stop_recorded(tmp_path) == ["first"]
-        assert not running(first)
-    finally:
-        supervisor.stop()

@@ -1,0 +1,120 @@
+"""The local control plane's TLS material: every certificate is signed by the CA it is meant to
+chain to, names what clients will dial, is usable for its one purpose, and every key is
+readable by the owner only."""
+
+from __future__ import annotations
+
+import datetime as dt
+import stat
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from nativedra.cluster import pki
+
+
+def _cert(path: Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(path.read_bytes())
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _usage(cert: x509.Certificate) -> list[x509.ObjectIdentifier]:
+    return list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    return cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+
+
+def _matches(cert_path: Path, key_path: Path) -> bool:
+    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    encoding = serialization.Encoding.PEM
+    return bool(
+        _cert(cert_path).public_key().public_bytes(encoding, public) == key.public_key().public_bytes(encoding, public)
+    )
+
+
+def test_the_control_plane_material_chains_to_its_two_cas(tmp_path: Path) -> None:
+    material = pki.create(tmp_path / "pki")
+    assert material == pki.paths(tmp_path / "pki")
+    ca, front_ca = _cert(material.ca_cert), _cert(material.front_proxy_ca)
+    assert _is_ca(ca) and _is_ca(front_ca) and ca.subject != front_ca.subject
+    for leaf, issuer in (
+        (material.serving_cert, ca),
+        (material.kubelet_client_cert, ca),
+        (material.front_proxy_client_cert, front_ca),
+    ):
+        cert = _cert(leaf)
+        cert.verify_directly_issued_by(issuer)
+        assert not _is_ca(cert)
+    assert _usage(_cert(material.serving_cert)) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    assert _usage(_cert(material.kubelet_client_cert)) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert _usage(_cert(material.front_proxy_client_cert)) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def test_the_serving_certificate_names_every_address_a_client_dials(tmp_path: Path) -> None:
+    material = pki.create(tmp_path)
+    sans = _cert(material.serving_cert).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)} >= {"127.0.0.1", "10.0.0.1"}, (
+        "loopback and the kubernetes Service"
+    )
+    assert set(sans.get_values_for_type(x509.DNSName)) >= {"localhost", "kubernetes.default.svc"}
+
+
+def test_certificates_are_valid_now_and_for_months(tmp_path: Path) -> None:
+    material = pki.create(tmp_path)
+    now = dt.datetime.now(dt.UTC)
+    for path in (material.ca_cert, material.serving_cert, material.front_proxy_client_cert):
+        cert = _cert(path)
+        assert cert.not_valid_before_utc < now, "a clock a little behind must still accept it"
+        assert cert.not_valid_after_utc - now > dt.timedelta(days=300)
+
+
+def test_every_key_is_private_and_belongs_to_its_certificate(tmp_path: Path) -> None:
+    material = pki.create(tmp_path)
+    assert _mode(tmp_path) == 0o700
+    for cert_path, key_path in (
+        (material.ca_cert, material.ca_key),
+        (material.serving_cert, material.serving_key),
+        (material.front_proxy_client_cert, material.front_proxy_client_key),
+        (material.kubelet_client_cert, material.kubelet_client_key),
+    ):
+        assert _mode(key_path) == 0o600
+        assert _matches(cert_path, key_path)
+    assert _mode(material.service_account_key) == 0o600
+    service_account = serialization.load_pem_private_key(material.service_account_key.read_bytes(), password=None)
+    published = serialization.load_pem_public_key(material.service_account_pub.read_bytes())
+    assert service_account.public_key().public_numbers() == published.public_numbers()  # type: ignore[union-attr]
+
+
+def test_the_extender_pair_has_its_own_ca_a_loopback_server_and_a_scheduler_client(tmp_path: Path) -> None:
+    control_plane = pki.create(tmp_path / "pki")
+    tls = pki.extender_tls(tmp_path / "extender")
+    ca = _cert(tls.ca_cert)
+    assert ca.subject != _cert(control_plane.ca_cert).subject
+    server, client = _cert(tls.serving_cert), _cert(tls.client_cert)
+    server.verify_directly_issued_by(ca)
+    client.verify_directly_issued_by(ca)
+    assert _usage(server) == [ExtendedKeyUsageOID.SERVER_AUTH] and _usage(client) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["localhost"], "scheduler_config dials serverName localhost"
+    assert client.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "kube-scheduler"
+    assert _mode(tls.serving_key) == _mode(tls.client_key) == 0o600
+    assert _matches(tls.serving_cert, tls.serving_key) and _matches(tls.client_cert, tls.client_key)
+
+
+def test_a_node_client_certificate_names_the_node_in_system_nodes(tmp_path: Path) -> None:
+    material = pki.create(tmp_path / "pki")
+    cert_path, key_path = pki.node_client(material, "real-0", tmp_path / "node")
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:real-0"
+    assert cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:nodes"
+    ca = x509.load_pem_x509_certificate(material.ca_cert.read_bytes())
+    cert.verify_directly_issued_by(ca)
+    assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
