@@ -1,6 +1,6 @@
 """The extender's HTTP face: malformed bodies get a 400 naming the field, oversized ones a 413,
-a full planning queue a 503; the fast path never waits behind planning, and /healthz fails while
-a request is stuck."""
+a full planning queue a 503; the fast path never waits behind planning, /healthz fails while
+a request is stuck, and /metrics counts calls by the path they took."""
 
 from __future__ import annotations
 
@@ -207,3 +207,33 @@ def test_an_answer_waiting_for_an_unseen_object_is_an_error_the_scheduler_retrie
     answer = response.json()
     assert answer["Error"] == "waiting to see ResourceClaimTemplate ns/not-yet"
     assert answer["NodeNames"] is None and answer["FailedNodes"] == {}
+
+
+def _sample(text: str, name: str, **labels: str) -> float:
+    """One sample's value from a Prometheus text exposition (0 when absent)."""
+    wanted = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{") and line.split("}")[0].removeprefix(f"{name}{{") == wanted:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_metrics_count_each_call_by_verb_and_path_and_each_refused_body(client: Client) -> None:
+    """What an admin graphs: calls by the path they took, their time, and malformed bodies."""
+    before = client.get("/metrics").text
+    plain = _body(_pod())
+    assert client.post("/filter", content=plain).status_code == 200
+    assert client.post("/prioritize", content=plain).status_code == 200
+    assert client.post("/filter", content=_body({"spec": {}})).status_code == 400
+    waiting = _pod(spec={"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "not-yet"}]})
+    assert client.post("/filter", content=_body(waiting)).status_code == 200
+    after = client.get("/metrics").text
+
+    def grew(name: str, **labels: str) -> float:
+        return _sample(after, name, **labels) - _sample(before, name, **labels)
+
+    assert grew("nativedra_extender_requests_total", verb="filter", path="fast") == 1
+    assert grew("nativedra_extender_requests_total", verb="filter", path="retry") == 1
+    assert grew("nativedra_extender_bad_requests_total", verb="filter") == 1
+    assert grew("nativedra_extender_request_seconds_count", verb="prioritize") == 1
+    assert grew("nativedra_extender_rejected_nodes_total", path="retry") == 2, "both offered nodes refused"
