@@ -1,6 +1,7 @@
-"""An add-on controller whose port another socket took before it could bind (CI saw JobSet's
-webhook port taken while free ports came from the ephemeral range; another process can still take
-one) is started again on new ports instead of failing the cluster's start after a minute."""
+"""A component whose port another socket took before it could bind is started again on new ports
+instead of failing the cluster's start: etcd (the control plane's components take their ports as
+flags, so they are picked before the start), and an add-on controller (CI saw JobSet's webhook port
+taken while free ports came from the ephemeral range; another process can still take one)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,24 @@ import pytest
 from kubernetes import client
 
 from kube.resources import LEADER_WORKER_SETS
-from nativedra.cluster import ControlPlane, addons, resolve, wait_for
+from nativedra.cluster import ControlPlane, addons, controlplane, resolve, wait_for
 from nativedra.cluster.addons import LWS, start_addon
 from nativedra.cluster.controlplane import free_port
 
 
-def test_a_controller_whose_port_was_taken_starts_again_on_new_ports(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_component_whose_port_was_taken_starts_again_on_new_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     plane = ControlPlane(state_dir=tmp_path / "cluster", binaries=resolve())
-    plane.start()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken, monkeypatch.context() as patch:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        first = iter([taken.getsockname()[1]])  # the first port handed out (etcd's) is taken
+        patch.setattr(controlplane, "free_port", lambda: next(first, 0) or free_port())
+        plane.start()
+        assert plane.layout.ports["etcd"] != taken.getsockname()[1]
+    retried = [r.getMessage() for r in caplog.records if "again on new ports" in r.getMessage()]
+    assert len(retried) == 1 and "etcd exited during start-up" in retried[0], caplog.text
     try:
         api = plane.api_client()
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:

@@ -28,16 +28,23 @@ async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
 class TcpBalancer:
     """Round robin over `backends` (loopback ports), one choice per connection. `served[i]` counts
     the connections backend i has taken and `latest` is the backend of the newest one: a client that
-    keeps its connection alive (kube-scheduler does) is talking to `latest`."""
+    keeps its connection alive (kube-scheduler does) is talking to `latest`. Port 0 (the default)
+    listens on a port the kernel picks, `port` once entered; `backends` may be given after that."""
 
     def __init__(
-        self, port: int, backends: list[int], *, max_connections: int = 64, connect_timeout_s: float = 2.0
+        self,
+        port: int = 0,
+        backends: list[int] | None = None,
+        *,
+        max_connections: int = 64,
+        connect_timeout_s: float = 2.0,
     ) -> None:
         self.port = port
-        self.backends = backends
+        self.backends: list[int] = []
         self.max_connections = max_connections
         self.connect_timeout_s = connect_timeout_s
-        self.served = [0] * len(backends)
+        self.served: list[int] = []
+        self.set_backends(backends or [])
         self.latest: int | None = None
         self._next = 0
         self._connections: set[asyncio.Task[None]] = set()
@@ -45,12 +52,12 @@ class TcpBalancer:
         self._stopping: asyncio.Event | None = None
         self._listening = threading.Event()
         self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"tcp-balancer-{port}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="tcp-balancer", daemon=True)
 
     def __enter__(self) -> TcpBalancer:
         self._thread.start()
         if not self._listening.wait(10):
-            raise TimeoutError(f"the balancer did not listen on 127.0.0.1:{self.port} within 10 s")
+            raise TimeoutError(f"the balancer did not listen on 127.0.0.1:{self.port or 'a free port'} within 10 s")
         if self._failure:
             raise self._failure
         return self
@@ -61,6 +68,11 @@ class TcpBalancer:
         if self._loop and self._stopping:
             self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(10)
+
+    def set_backends(self, backends: list[int]) -> None:
+        """The replicas' ports, in order; counts start again."""
+        self.backends = list(backends)
+        self.served = [0] * len(backends)
 
     def route_to(self, index: int) -> None:
         """Drop every open connection and send the next new one to backend `index`, so a test picks
@@ -92,6 +104,7 @@ class TcpBalancer:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
+        self.port = server.sockets[0].getsockname()[1]
         self._listening.set()
         async with server:
             await self._stopping.wait()

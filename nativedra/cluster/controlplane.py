@@ -6,7 +6,9 @@ identities in `credentials`, the process records in `processes`, the TLS materia
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import logging
 import random
 import shutil
 import socket
@@ -36,14 +38,23 @@ from nativedra.cluster.processes import (
     tail,
 )
 
-__all__ = ["ControlPlane", "ControlPlaneError", "free_port", "recorded_state", "stop_recorded"]
+__all__ = ["ControlPlane", "ControlPlaneError", "PortTakenError", "free_port", "recorded_state", "stop_recorded"]
 
 READY_TIMEOUT_S = 90.0
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 MARKER = ".nativedra-cluster"  # marks a directory this harness created and may empty
+log = logging.getLogger(__name__)
 
 
 class ControlPlaneError(RuntimeError):
     """The control plane could not be started, or is not running."""
+
+
+class PortTakenError(ControlPlaneError):
+    """A component exited at start-up because another process held its port."""
+
+
+PORT_ATTEMPTS = 3  # etcd, the API server and the others take their ports as flags: on a taken one, new ports
 
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -144,6 +155,20 @@ class ControlPlane:
         return self._supervisor
 
     def start(self) -> None:
+        """Start every component and wait until each is ready. The components take their ports as
+        flags, so the ports are picked first (`free_port`); one another process takes before its
+        component binds it makes that component exit, and the whole start is tried again on new
+        ports (up to PORT_ATTEMPTS times)."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return
+            except PortTakenError as error:
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                log.warning("control plane start %d of %d: %s; again on new ports", attempt, PORT_ATTEMPTS, error)
+
+    def _start_once(self) -> None:
         prepare_state_dir(self.state_dir)
         self._layout = components.Layout(
             state_dir=self.state_dir,
@@ -180,10 +205,19 @@ class ControlPlane:
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
     def restart_scheduler(self, scheduler_config_extra: Mapping[str, Any]) -> None:
-        """Replace the scheduler with one that uses new extra configuration (e.g. an extender)."""
+        """Replace the scheduler with one that uses new extra configuration (e.g. an extender). It
+        binds the port the old one freed; if another process took it meanwhile, a new port."""
         self.scheduler_config_extra = scheduler_config_extra
         self.supervisor.stop("kube-scheduler")
-        self._start_scheduler()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_scheduler()
+                return
+            except PortTakenError:
+                self.supervisor.stop("kube-scheduler")
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                self._layout = dataclasses.replace(self.layout, ports={**self.layout.ports, "scheduler": free_port()})
 
     def stop(self) -> None:
         self.supervisor.stop()
@@ -212,8 +246,12 @@ class ControlPlane:
         last_error = ""
         proc = self.supervisor.named(name)
         while time.monotonic() < deadline:
-            if not alive(proc.pid):
-                raise ControlPlaneError(f"{name} exited during start-up; last log lines:\n{tail(proc.log)}")
+            # The one awaited, or a component it needs (etcd under the API server): either exiting ends the wait.
+            for each in [p for p in self.supervisor.processes if p.name in (name, *COMPONENTS)]:
+                if not alive(each.pid):
+                    last_lines = tail(each.log)
+                    error = PortTakenError if "address already in use" in last_lines else ControlPlaneError
+                    raise error(f"{each.name} exited during start-up; last log lines:\n{last_lines}")
             try:
                 with urllib.request.urlopen(request, context=context, timeout=5) as response:
                     if response.status == 200:
