@@ -97,19 +97,22 @@ def test_sigterm_ends_a_busy_extender_within_10_seconds(extender: Running) -> No
     pod = {**FAST_POD, "spec": {"containers": [], "resourceClaims": CLAIMS}}
     body = json.dumps({"Pod": pod, "NodeNames": [f"node-{i:05d}" for i in range(5000)]}).encode()
     stop = threading.Event()
+    answered = [0] * 16
 
-    def hammer() -> None:
+    def hammer(caller: int) -> None:
         while not stop.is_set():
             try:
                 extender.post("prioritize", body)
+                answered[caller] += 1
             except (OSError, http.client.HTTPException):
                 time.sleep(0.01)
 
-    callers = [threading.Thread(target=hammer, daemon=True) for _ in range(16)]
+    callers = [threading.Thread(target=hammer, args=(index,), daemon=True) for index in range(16)]
     for caller in callers:
         caller.start()
     try:
-        time.sleep(2)
+        # Busy: every caller answered once and back with its next request (not a fixed pause).
+        wait_for(lambda: all(answered), 30, "each of 16 callers answered", extender.log.read_text)
         started = time.monotonic()
         extender.process.send_signal(signal.SIGTERM)
         extender.process.wait(15)
