@@ -17,6 +17,7 @@ from nativedra.cluster.commands import NodeDirs
 from nativedra.kubelet_client import make_dev_tree
 from nativedra.objects import apply_file, device_classes, published_devices
 from testkit.extender_harness import fresh_namespace
+from testkit.four_way import NATIVE_GANGS
 from testkit.node_plugin import NodePlugin
 
 
@@ -33,6 +34,22 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 @pytest.fixture(scope="session")
 def api(control_plane: ControlPlane) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def gated_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The one plane with gates beyond the defaults that more than one module needs: native gang
+    scheduling with rack constraints (`testkit.four_way.NATIVE_GANGS`), started by the first module
+    that asks. Like `control_plane`, each module leaves it as it found it (scheduler alone, its
+    namespaces and nodes removed)."""
+    plane = ControlPlane(
+        state_dir=Path(tmp_path_factory.mktemp("gated-cluster")), binaries=resolve(), features=NATIVE_GANGS
+    )
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
 
 
 @pytest.fixture

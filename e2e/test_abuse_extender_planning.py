@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from extender.config import RACK_LABEL
-from nativedra.cluster import wait_for
+from nativedra.cluster import ControlPlane, wait_for
 from nativedra.cluster.waits import unschedulable_message
 from testkit.extender_harness import (
     ExtenderCluster,
@@ -31,10 +31,11 @@ GANG_SIZE = 4
 
 
 @pytest.fixture(scope="module")
-def ext() -> Iterator[ExtenderCluster]:
+def ext(control_plane: ControlPlane) -> Iterator[ExtenderCluster]:
     root = Path(tempfile.mkdtemp(prefix="nd-abuse-", dir="/tmp"))
     try:
-        with extender_cluster(root, {"topologyLevels": [RACK_LABEL, "kubernetes.io/hostname"]}) as harness:
+        config = {"topologyLevels": [RACK_LABEL, "kubernetes.io/hostname"]}
+        with extender_cluster(root, config, shared=control_plane) as harness:
             yield harness
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -16,7 +16,7 @@ from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.objects import claim_template, gpu_pod, published_devices, request
 from testkit.dra import allocated_results
 from testkit.extender_harness import fresh_namespace
-from testkit.node_plugin import NodePlugin, plugin_on_own_plane
+from testkit.node_plugin import NodePlugin, plugin_on_own_plane, plugin_on_plane
 
 NODE = "mode-node"
 COMPATIBILITY_GROUPS = Features(
@@ -29,7 +29,13 @@ ON_GPU_1 = f"device.attributes['{DRIVER_NAME}'].index == 1"
 
 @pytest.fixture(params=[COMPATIBILITY_GROUPS, DEFAULTS], ids=["gate-on", "defaults"])
 def plugin_on(request: pytest.FixtureRequest) -> Iterator[tuple[client.ApiClient, NodePlugin, bool]]:
-    with plugin_on_own_plane(request.param, NODE, "--mig-or-fractions", "true") as (api, plugin):
+    """The gate's own plane, or the session's (default gates)."""
+    flags = ("--mig-or-fractions", "true")
+    if request.param is DEFAULTS:
+        running = plugin_on_plane(request.getfixturevalue("control_plane"), NODE, *flags)
+    else:
+        running = plugin_on_own_plane(request.param, NODE, *flags)
+    with running as (api, plugin):
         yield api, plugin, request.param is COMPATIBILITY_GROUPS
 
 

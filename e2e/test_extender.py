@@ -1,5 +1,7 @@
-"""The real kube-scheduler with the nativedra extender: gangs never deadlock half-placed, topology
-domains are honoured, held capacity survives an extender restart, and scores steer placement."""
+"""The real kube-scheduler with the nativedra extender: topology domains are honoured, held capacity
+survives an extender restart, and scores steer placement. (Gangs never deadlock half-placed where
+the scheduler alone leaves one so: e2e/test_two_gangs.py.) On the session's plane, its scheduler
+calling the extender for this module."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import json
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,16 +22,16 @@ from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slices import build_slices
 from extender.config import RACK_LABEL
 from kube.names import GPU_CLASS
-from nativedra.cluster import create_fake_node, wait_for, wait_pod_scheduled
+from nativedra.cluster import ControlPlane, create_fake_node, wait_for, wait_pod_scheduled
 from nativedra.cluster.waits import unschedulable_message
-from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
+from nativedra.objects import claim_template, gpu_pod, request
 from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
 
 TEST_LABEL = "e2e.nativedra.dev/test"
 
 
 @pytest.fixture(scope="module")
-def extended() -> Iterator[ExtenderCluster]:
+def extended(control_plane: ControlPlane) -> Iterator[ExtenderCluster]:
     root = Path(tempfile.mkdtemp(prefix="nd-ext-", dir="/tmp"))
     try:
         with extender_cluster(
@@ -38,6 +40,7 @@ def extended() -> Iterator[ExtenderCluster]:
                 "topologyLevels": ["topology.kubernetes.io/zone", RACK_LABEL, "kubernetes.io/hostname"],
                 "planTimeoutSeconds": 600,
             },
+            shared=control_plane,
         ) as harness:
             yield harness
     finally:
@@ -66,69 +69,6 @@ def _settled(api: client.ApiClient, namespace: str, names: list[str], expected_b
 
 def _reasons(api: client.ApiClient, namespace: str, names: list[str]) -> str:
     return "\n".join(f"{name}: {unschedulable_message(api, namespace, name)}" for name in names)
-
-
-def _per_gang(placed: dict[str, str], gangs: tuple[str, ...]) -> dict[str, int]:
-    return {gang: sum(1 for pod in placed if pod.startswith(f"{gang}-")) for gang in gangs}
-
-
-def test_two_gangs_deadlock_without_the_extender_and_not_with_it(
-    api: client.ApiClient,
-    namespace: str,
-    fake_nodes: Callable[..., str],
-    ext: ExtenderCluster,
-    ext_namespace: str,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-
-    test = uuid.uuid4().hex[:6]
-    apply_file(api, device_classes())
-    inventory = load_profile(resolve_profile("a100-8x"))
-    for _ in range(6):
-        node = fake_nodes("plain", {TEST_LABEL: test})
-        SlicePublisher(api, node).reconcile(build_slices(inventory, PublishConfig(fractions=()), node))
-    ext.add_gpu_nodes(6, {TEST_LABEL: test})
-
-    def interleaved(cluster_api: client.ApiClient, ns: str) -> list[str]:
-        names = []
-        for index in range(4):  # A0, B0, A1, B1, ...: the order a busy cluster sees them in
-            for gang in ("train-a", "train-b"):
-                names += gang_pods(
-                    cluster_api, ns, gang, 4, 8, selector={TEST_LABEL: test}, members=range(index, index + 1)
-                )
-        return names
-
-    plain = interleaved(api, namespace)
-    wait_for(lambda: _settled(api, namespace, plain, 6), 120, "the default scheduler to place 6 of 8 pods")
-    default_counts = _per_gang(bound(api, namespace, plain), ("train-a", "train-b"))
-
-    extended_pods = interleaved(ext.api, ext_namespace)
-    wait_for(lambda: _settled(ext.api, ext_namespace, extended_pods, 4), 120, "the extender to place one whole gang")
-    extender_counts = _per_gang(bound(ext.api, ext_namespace, extended_pods), ("train-a", "train-b"))
-    with capsys.disabled():
-        print(
-            f"\n6 nodes x 8 GPUs, two gangs of 4 pods x 8 GPUs: default scheduler bound {default_counts}; "
-            f"with the extender bound {extender_counts}"
-        )
-    # Which gang gets how many depends on the scheduler's order (v1.36.2 gave 3 + 3, v1.37.2's batching
-    # 4 + 2); either way a gang is left half-placed, holding GPUs it cannot use.
-    assert any(0 < count < 4 for count in default_counts.values()), f"expected a half-placed gang: {default_counts}"
-    assert sorted(extender_counts.values()) == [0, 4], f"expected all-or-nothing: {extender_counts}"
-    winner = next(g for g, c in extender_counts.items() if c == 4)
-    loser = next(g for g, c in extender_counts.items() if c == 0)
-    reason = unschedulable_message(ext.api, ext_namespace, f"{loser}-0") or ""
-    assert f"gang {ext_namespace}/gang:{loser} needs 4 more pod(s) x 8 device(s)" in reason, reason
-
-    core = client.CoreV1Api(ext.api)
-    for index in range(4):
-        core.delete_namespaced_pod(f"{winner}-{index}", ext_namespace, grace_period_seconds=0)
-    waiting = [f"{loser}-{i}" for i in range(4)]
-    wait_for(
-        lambda: len(bound(ext.api, ext_namespace, waiting)) == 4,
-        120,
-        f"gang {loser} to be placed after {winner} left",
-        lambda: str([unschedulable_message(ext.api, ext_namespace, n) for n in waiting]),
-    )
 
 
 def _racks(ext: ExtenderCluster, test: str, layout: dict[str, int]) -> dict[str, str]:

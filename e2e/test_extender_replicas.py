@@ -19,7 +19,7 @@ import pytest
 
 from extender.config import RACK_LABEL
 from kube.names import GPU_CLASS
-from nativedra.cluster import wait_for
+from nativedra.cluster import ControlPlane, wait_for
 from nativedra.cluster.waits import unschedulable_message
 from nativedra.objects import claim_template, gpu_pod, request
 from testkit.extender_harness import (
@@ -40,10 +40,11 @@ COMPETITOR = "competitor"
 
 
 @pytest.fixture(scope="module")
-def replicated() -> Iterator[ReplicatedExtenders]:
+def replicated(control_plane: ControlPlane) -> Iterator[ReplicatedExtenders]:
     root = Path(tempfile.mkdtemp(prefix="nd-replicas-", dir="/tmp"))
     try:
-        with replicated_extender_cluster(root, {"topologyLevels": [RACK_LABEL, "kubernetes.io/hostname"]}) as cluster:
+        config = {"topologyLevels": [RACK_LABEL, "kubernetes.io/hostname"]}
+        with replicated_extender_cluster(root, config, shared=control_plane) as cluster:
             yield cluster
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +15,18 @@ from kubernetes import client
 from extender.config import RACK_LABEL
 from kube.names import GPU_CLASS
 from kube.resources import JOBSETS
-from nativedra.cluster import wait_for
+from nativedra.cluster import ControlPlane, wait_for
 from nativedra.cluster.addons import JOBSET, LWS, start_addon
 from nativedra.objects import claim_template, request
 from nativedra.workload_objects import ReplicatedJob, create_jobset, create_lws, pods_with
-from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
+from testkit.extender_harness import (
+    ExtenderCluster,
+    bound,
+    extender_cluster,
+    fresh_namespace,
+    gang_pods,
+    wait_judged_unschedulable,
+)
 
 TEST_LABEL = "e2e.nativedra.dev/test"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
@@ -30,10 +36,12 @@ LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[ExtenderCluster]:
+def cluster(control_plane: ControlPlane) -> Iterator[ExtenderCluster]:
+    """The session's plane, its scheduler calling the extender; the JobSet and LWS controllers
+    started on it stay for the rest of the session (their webhooks answer as long as they run)."""
     root = Path(tempfile.mkdtemp(prefix="nd-wl-", dir="/tmp"))
     try:
-        with extender_cluster(root, {"planTimeoutSeconds": 600}) as harness:
+        with extender_cluster(root, {"planTimeoutSeconds": 600}, shared=control_plane) as harness:
             for addon in (JOBSET, LWS):
                 start_addon(harness.plane, harness.api, addon)
             yield harness
@@ -117,7 +125,8 @@ def test_driver_and_workers_of_one_jobset_are_one_gang(setup: tuple[ExtenderClus
     create_jobset(cluster.api, namespace, "pipeline", jobs, {TEST_LABEL: test})
     selector = f"{JOBSET_NAME}=pipeline"
     wait_for(lambda: len(pods_with(cluster.api, namespace, selector)) == 5, 60, "the JobSet's 5 pods")
-    time.sleep(15)  # long enough for the scheduler to have tried every pod more than once
+    names = [p.metadata.name for p in pods_with(cluster.api, namespace, selector)]
+    wait_judged_unschedulable(cluster.api, namespace, names)
     assert _bound(cluster.api, namespace, selector) == [], "5 pods x 8 GPUs on 4 nodes: none may hold GPUs"
     assert "5" in _explain(cluster.api, namespace)
     _racks(cluster, test, {"rack-a": 1})
@@ -137,7 +146,8 @@ def test_competing_jobsets_one_whole_then_the_other(setup: tuple[ExtenderCluster
         "one JobSet placed",
         lambda: _explain(cluster.api, namespace),
     )
-    time.sleep(10)
+    waiting = [p.metadata.name for p in pods_with(cluster.api, namespace, both) if not p.spec.node_name]
+    wait_judged_unschedulable(cluster.api, namespace, waiting)
     counts = {name: len(_bound(cluster.api, namespace, f"{JOBSET_NAME}={name}")) for name in ("first", "second")}
     assert sorted(counts.values()) == [0, 4], counts
     winner = max(counts, key=lambda name: counts[name])

@@ -10,7 +10,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,20 +121,31 @@ class ExtenderCluster:
 
 @contextlib.contextmanager
 def _extender_plane(
-    root: Path, extender_config: dict[str, Any], port: int, features: Features = DEFAULTS
+    root: Path,
+    extender_config: dict[str, Any],
+    port: int,
+    features: Features = DEFAULTS,
+    shared: ControlPlane | None = None,
 ) -> Iterator[Callable[[str, int], ExtenderCluster]]:
     """A control plane whose scheduler calls https://127.0.0.1:`port`, with the DeviceClasses applied.
     Yields a factory of extender processes (not started): each serves the port it is given and has
     its own probe port and log; all share the TLS material and config, as a Deployment's replicas
-    share a Secret and a ConfigMap. `features`: gates beyond the defaults, for a test that says why."""
+    share a Secret and a ConfigMap. `features`: gates beyond the defaults, for a test that says why.
+
+    `shared`: a running plane (one of the e2e session's) to use instead of starting one (`features`
+    is then the plane's): its scheduler is restarted calling the extender, and restarted with the
+    configuration it had afterwards."""
     tls = extender_tls(root / "extender-tls")
-    plane = ControlPlane(
-        state_dir=root / "cluster",
-        binaries=resolve(),
-        scheduler_config_extra=scheduler_extra(port, tls),
-        features=features,
-    )
-    plane.start()
+    extra = scheduler_extra(port, tls)
+    if shared is None:
+        plane = ControlPlane(
+            state_dir=root / "cluster", binaries=resolve(), scheduler_config_extra=extra, features=features
+        )
+        plane.start()
+        restore: Mapping[str, Any] | None = None
+    else:
+        plane, restore = shared, shared.scheduler_config_extra
+        plane.restart_scheduler(extra)
     config_file = root / "extender.yaml"
     config_file.write_text(yaml.safe_dump(extender_config))
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
@@ -146,15 +157,18 @@ def _extender_plane(
         apply_file(api, device_classes())
         yield extender
     finally:
-        plane.stop()
+        if restore is None:
+            plane.stop()
+        else:
+            plane.restart_scheduler(restore)
 
 
 @contextlib.contextmanager
 def extender_cluster(
-    root: Path, extender_config: dict[str, Any], features: Features = DEFAULTS
+    root: Path, extender_config: dict[str, Any], features: Features = DEFAULTS, shared: ControlPlane | None = None
 ) -> Iterator[ExtenderCluster]:
     port = free_port()
-    with _extender_plane(root, extender_config, port, features) as extender:
+    with _extender_plane(root, extender_config, port, features, shared) as extender:
         harness = extender("extender", port)
         try:
             harness.start_extender()
@@ -184,19 +198,21 @@ class ReplicatedExtenders:
 
 @contextlib.contextmanager
 def replicated_extender_cluster(
-    root: Path, extender_config: dict[str, Any], count: int = 2
+    root: Path, extender_config: dict[str, Any], count: int = 2, shared: ControlPlane | None = None
 ) -> Iterator[ReplicatedExtenders]:
-    front = free_port()
-    with _extender_plane(root, extender_config, front) as extender:
+    with (
+        TcpBalancer() as balancer,  # on a port the kernel picks: no other process can hold it
+        _extender_plane(root, extender_config, balancer.port, shared=shared) as extender,
+    ):
         replicas = [extender(f"extender-{index}", free_port()) for index in range(count)]
-        with TcpBalancer(front, [replica.port for replica in replicas]) as balancer:
-            try:
-                for replica in replicas:
-                    replica.start_extender()
-                yield ReplicatedExtenders(replicas, balancer)
-            finally:
-                for replica in replicas:
-                    replica.kill_extender()
+        balancer.set_backends([replica.port for replica in replicas])
+        try:
+            for replica in replicas:
+                replica.start_extender()
+            yield ReplicatedExtenders(replicas, balancer)
+        finally:
+            for replica in replicas:
+                replica.kill_extender()
 
 
 @contextlib.contextmanager
@@ -276,6 +292,44 @@ def judged(api: client.ApiClient, namespace: str, names: list[str]) -> dict[str,
     if all(name in placed or unschedulable_message(api, namespace, name) for name in names):
         return placed
     return None
+
+
+def scheduling_failures(api: client.ApiClient, namespace: str, pod: str) -> int:
+    """How often the scheduler has reported it could not place `pod`: its FailedScheduling events,
+    each with its series count (the scheduler's event recorder folds a repeat into the first event)."""
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod},reason=FailedScheduling"
+    )
+    return sum(e.series.count if e.series and e.series.count else e.count or 1 for e in events.items)
+
+
+def wait_judged_unschedulable(api: client.ApiClient, namespace: str, names: list[str], timeout_s: float = 120) -> None:
+    """Until the scheduler has tried each pod of `names` and failed twice: a check that they stay
+    unbound is then the scheduler's settled answer, not a look before it decided.
+
+    A pod the scheduler failed is retried on a cluster event that might let it fit; between the two
+    attempts this adds and removes a bare node (no devices, so no pod can fit it), an event every
+    waiting pod is retried on. Two, because the scheduler folds later repeats of an event into its
+    series only every 30 minutes."""
+
+    def failures() -> dict[str, int]:
+        return {name: scheduling_failures(api, namespace, name) for name in names}
+
+    wait_for(lambda: min(failures().values()) >= 1, timeout_s, f"a first verdict on {len(names)} pod(s)")
+    if min(failures().values()) >= 2:
+        return
+    poke = f"poke-{uuid.uuid4().hex[:6]}"
+    create_fake_node(api, poke)
+    try:
+        wait_for(
+            lambda: min(failures().values()) >= 2,
+            timeout_s,
+            f"a second verdict on {len(names)} pod(s)",
+            lambda: str(failures()),
+        )
+    finally:
+        with contextlib.suppress(client.ApiException):
+            client.CoreV1Api(api).delete_node(poke)
 
 
 def settled_placement(api: client.ApiClient, namespace: str, names: list[str], timeout_s: float = 60) -> dict[str, str]:

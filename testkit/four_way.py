@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ from nativedra.cluster.components import Features
 from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.pki import extender_tls
 from nativedra.cluster.scheduler_config import scheduler_extra
+from nativedra.cluster.waits import unschedulable_message
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 from testkit.bindings import Bindings
 from testkit.extender_harness import (
@@ -106,33 +108,42 @@ class Mode:
         return gang_pods(api, namespace, name, size, GPUS, annotations=annotations, members=members)
 
 
-def _nodes(api: client.ApiClient) -> dict[str, str]:
-    """The six nodes (node -> rack), with the DeviceClasses."""
+def nodes(api: client.ApiClient) -> dict[str, str]:
+    """The six nodes (node -> rack), with the DeviceClasses. Names are new each time: slices of a
+    removed node of the same name may still be there, and the garbage collector removes them."""
     apply_file(api, device_classes())
     inventory = load_profile(resolve_profile("a100-8x"))
+    run = uuid.uuid4().hex[:4]
     rack_of = {}
     for rack, count in RACKS.items():
         for index in range(count):
-            name = f"{rack}-{index}"
+            name = f"{rack}-{index}-{run}"
             create_fake_node(api, name, {RACK_LABEL: rack})
             SlicePublisher(api, name).reconcile(build_slices(inventory, PublishConfig(fractions=()), name))
             rack_of[name] = rack
     return rack_of
 
 
-def _remove_nodes(api: client.ApiClient, rack_of: dict[str, str]) -> None:
+def remove_nodes(api: client.ApiClient, rack_of: dict[str, str]) -> None:
     core = client.CoreV1Api(api)
     for name in rack_of:
         with contextlib.suppress(client.ApiException):
             core.delete_node(name)
 
 
+def mode(name: str) -> Mode:
+    """One of MODES."""
+    return Mode(name, native=name in ("native", "both"), extender=name in ("extender", "both"))
+
+
 @contextlib.contextmanager
-def _scheduler(plane: ControlPlane, api: client.ApiClient, scratch: Path, mode: Mode) -> Iterator[None]:
-    """A freshly started scheduler, alone or calling a fresh extender; alone again afterwards."""
+def scheduler(
+    plane: ControlPlane, api: client.ApiClient, scratch: Path, mode: Mode
+) -> Iterator[ExtenderCluster | None]:
+    """A freshly started scheduler, alone or calling a fresh extender (yielded); alone again afterwards."""
     if not mode.extender:
         plane.restart_scheduler({})
-        yield
+        yield None
         return
     scratch.mkdir(parents=True)
     config_file = scratch / "extender.yaml"
@@ -142,7 +153,7 @@ def _scheduler(plane: ControlPlane, api: client.ApiClient, scratch: Path, mode: 
     extender.start_extender()
     try:
         plane.restart_scheduler(scheduler_extra(extender.port, tls))
-        yield
+        yield extender
     finally:
         extender.kill_extender()
         plane.restart_scheduler({})
@@ -165,8 +176,10 @@ def _churn(api: client.ApiClient, namespace: str, seconds: float) -> None:
     delete_pods(api, namespace, names)
 
 
-def _two_gangs(api: client.ApiClient, namespace: str, mode: Mode, churn_s: float) -> dict[str, Any]:
-    """One trial of two 4 x 8 gangs, then (after `churn_s` of churn) the first one's pods deleted."""
+def two_gangs(api: client.ApiClient, namespace: str, mode: Mode, churn_s: float) -> dict[str, Any]:
+    """One trial of two 4 x 8 gangs, then (after `churn_s` of churn) the first one's pods deleted.
+    Besides the figures: which gang went first, which waited, and the scheduler's reason for the
+    waiting gang's first pod once every pod was judged."""
     pods: dict[str, list[str]] = {"a": [], "b": []}
     with Bindings(api, namespace) as bindings:
         start = time.perf_counter()
@@ -180,6 +193,7 @@ def _two_gangs(api: client.ApiClient, namespace: str, mode: Mode, churn_s: float
         first_whole = min((max(at[p] for p in pods[gang]) - start for gang in whole), default=None)
         first = max(pods, key=lambda gang: (counts[gang], gang == "a"))
         waiting = "b" if first == "a" else "a"
+        reason = unschedulable_message(api, namespace, pods[waiting][0])
         _churn(api, namespace, churn_s)
         deleted = time.perf_counter()
         delete_pods(api, namespace, pods[first])
@@ -190,6 +204,9 @@ def _two_gangs(api: client.ApiClient, namespace: str, mode: Mode, churn_s: float
     partial = [gang for gang, count in counts.items() if 0 < count < 4]
     return {
         "churn_s": churn_s,
+        "first": first,
+        "waiting": waiting,
+        "waiting_reason": reason,
         "bound": counts,
         "partial_gangs": len(partial),
         "stranded_gpus": sum(counts[gang] for gang in partial) * GPUS,
@@ -253,7 +270,7 @@ def _mode(api: client.ApiClient, mode: Mode, rack_of: dict[str, str], trials: Tr
     figures: dict[str, Any] = {"two_gangs": [], "rack_tie": [], "mixed": []}
     for trial, churn_s in enumerate(trials.two_gangs_churn_s):
         with fresh_namespace(api, f"two-{mode.name}-{trial}") as namespace:
-            result = _two_gangs(api, namespace, mode, churn_s)
+            result = two_gangs(api, namespace, mode, churn_s)
         figures["two_gangs"].append(result)
         yield f"  two gangs #{trial + 1}: {result}"
     with fresh_namespace(api, f"rack-{mode.name}") as namespace:
@@ -274,18 +291,18 @@ def run_modes(
 ) -> Iterator[str | tuple[str, dict[str, Any]]]:
     """Every mode in turn on its cluster (`clusters[native]`: default gates for False, the native
     gates for True): progress lines, and each mode's figures as (mode, figures)."""
-    racks = {native: _nodes(api) for native, (_, api) in clusters.items()}
+    racks = {native: nodes(api) for native, (_, api) in clusters.items()}
     try:
         for name in MODES:
-            mode = Mode(name, native=name in ("native", "both"), extender=name in ("extender", "both"))
-            plane, api = clusters[mode.native]
+            chosen = mode(name)
+            plane, api = clusters[chosen.native]
             yield f"{name}:"
-            with _scheduler(plane, api, scratch / name, mode):
-                for item in _mode(api, mode, racks[mode.native], trials):
+            with scheduler(plane, api, scratch / name, chosen):
+                for item in _mode(api, chosen, racks[chosen.native], trials):
                     yield item if isinstance(item, str) else (name, item)
     finally:
         for native, (_, api) in clusters.items():
-            _remove_nodes(api, racks[native])
+            remove_nodes(api, racks[native])
 
 
 def _span(values: list[float | None]) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from kubernetes import client
 
 from dra_driver.kubelet_paths import data_dir, dra_socket, registration_socket
+from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from nativedra.cluster.commands import NodeDirs
 from nativedra.cluster.components import Features
@@ -96,9 +97,25 @@ def plugin_on_own_plane(
     chosen = features(binaries.version) if callable(features) else features
     plane = ControlPlane(state_dir=root / "cluster", binaries=binaries, features=chosen)
     plane.start()
+    try:
+        with plugin_on_plane(plane, node, *extra, fault_file=fault_file) as running:
+            yield running
+    finally:
+        plane.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def plugin_on_plane(
+    plane: ControlPlane, node: str, *extra: str, fault_file: bool = False
+) -> Iterator[tuple[client.ApiClient, NodePlugin]]:
+    """On a running plane: the DeviceClasses, one fake node and an h100-8x simulated plugin on it
+    with `extra` flags (and its fault file, if asked); the plugin stopped and the node and its
+    slices removed afterwards, so a plane the session shares is left as it was."""
+    root = Path(tempfile.mkdtemp(prefix="nd-node-", dir="/tmp"))
+    api = plane.api_client()
     plugin = None
     try:
-        api = plane.api_client()
         apply_file(api, device_classes())
         create_fake_node(api, node)
         make_dev_tree(NodeDirs(root / "node").dev, range(8))
@@ -111,5 +128,9 @@ def plugin_on_own_plane(
     finally:
         if plugin is not None:
             plugin.stop()
-        plane.stop()
+        with contextlib.suppress(client.ApiException):
+            client.CoreV1Api(api).delete_node(node)
+        for item in RESOURCE_SLICES.list(api, field_selector=f"spec.nodeName={node}")["items"]:
+            with contextlib.suppress(client.ApiException):
+                RESOURCE_SLICES.delete(api, item["metadata"]["name"])
         shutil.rmtree(root, ignore_errors=True)

@@ -26,8 +26,8 @@ from extender.config import RACK_LABEL
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
 from kube.names import GPU_CLASS
 from kube.pods import pod_claim_names
-from kube.resources import RESOURCE_CLAIMS
-from nativedra.cluster import create_fake_node
+from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
+from nativedra.cluster import ControlPlane, create_fake_node
 from nativedra.kubelet_client import make_dev_tree, prepare, unprepare
 from nativedra.objects import claim_key, claim_template, gpu_pod, published_devices, request
 from testkit.extender_harness import ExtenderCluster, extender_cluster
@@ -177,11 +177,16 @@ def _spec_devices(plugins: dict[str, NodePlugin]) -> dict[str, list[str]]:
     return holders
 
 
-def run_soak(root: Path, seconds: float, nodes: int = 3, seed: int = 7) -> SoakReport:
+def run_soak(
+    root: Path, seconds: float, nodes: int = 3, seed: int = 7, shared: ControlPlane | None = None
+) -> SoakReport:
+    """The soak on a control plane of its own, or on `shared` (a running one, default gates), which
+    it leaves as it found it: its namespace, nodes and their slices are removed afterwards."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible workload, not cryptography
     report = SoakReport(seconds)
     roots: list[Path] = []
-    with extender_cluster(root, {"planTimeoutSeconds": 60}) as cluster:
+    plugins: dict[str, NodePlugin] = {}
+    with extender_cluster(root, {"planTimeoutSeconds": 60}, shared=shared) as cluster:
         api = cluster.api
         client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
         for name, count in (("one-gpu", 1), ("two-gpus", 2)):
@@ -222,7 +227,22 @@ def run_soak(root: Path, seconds: float, nodes: int = 3, seed: int = 7) -> SoakR
                 plugin.stop()
             for directory in roots:
                 shutil.rmtree(directory, ignore_errors=True)
+            if shared is not None:
+                _remove(api, list(plugins))
     return report
+
+
+def _remove(api: client.ApiClient, nodes: list[str]) -> None:
+    """The soak's namespace and nodes, and the nodes' slices (their owner is gone)."""
+    core = client.CoreV1Api(api)
+    with contextlib.suppress(client.ApiException):
+        core.delete_namespace(NAMESPACE)
+    for node in nodes:
+        with contextlib.suppress(client.ApiException):
+            core.delete_node(node)
+        for item in RESOURCE_SLICES.list(api, field_selector=f"spec.nodeName={node}")["items"]:
+            with contextlib.suppress(client.ApiException):
+                RESOURCE_SLICES.delete(api, item["metadata"]["name"])
 
 
 def _finish(
