@@ -4,7 +4,9 @@ a front-proxy CA and client certificate, and the service-account signing key."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +63,9 @@ def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + _VALIDITY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        # Key identifiers let a verifier tell apart two CAs of one name (old and new, bundled
+        # during a rotation): OpenSSL otherwise tries only the first CA whose name matches.
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
@@ -99,6 +104,7 @@ def _leaf(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + _VALIDITY)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
     if sans:
@@ -192,26 +198,63 @@ class ExtenderTls:
     serving_key: Path
     client_cert: Path
     client_key: Path
+    ca_key: Path  # kept so that the leaves can be re-issued under the same CA (rotation tests)
+
+
+def _extender_paths(directory: Path) -> ExtenderTls:
+    return ExtenderTls(
+        ca_cert=directory / "extender-ca.crt",
+        serving_cert=directory / "extender.crt",
+        serving_key=directory / "extender.key",
+        client_cert=directory / "scheduler-client.crt",
+        client_key=directory / "scheduler-client.key",
+        ca_key=directory / "extender-ca.key",
+    )
+
+
+def _replace(path: Path, write: Callable[[Path], None]) -> None:
+    """Write next to `path`, then rename over it: a reader sees the old file or the new, never half."""
+    partial = path.with_name(f".{path.name}.new")
+    write(partial)
+    partial.replace(path)
+
+
+def _issue_extender_leaves(tls: ExtenderTls, ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey]) -> None:
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    for (cert, key), cert_path, key_path in (
+        (_leaf(ca, "nativedra-extender", ExtendedKeyUsageOID.SERVER_AUTH, sans), tls.serving_cert, tls.serving_key),
+        (_leaf(ca, "kube-scheduler", ExtendedKeyUsageOID.CLIENT_AUTH), tls.client_cert, tls.client_key),
+    ):
+        # Two renames: between them a reader sees a mismatched pair (the extender keeps its last
+        # good context; kube-scheduler's client-go fails handshakes until its next read, a second
+        # later). In a cluster, a Secret volume swaps every file at once.
+        _replace(key_path, functools.partial(_write_key, key=key))
+        _replace(cert_path, functools.partial(_write_cert, cert=cert))
 
 
 def extender_tls(directory: Path) -> ExtenderTls:
     """A CA of its own (so a test never needs the control plane's CA key) and the two leaves."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
-    tls = ExtenderTls(
-        ca_cert=directory / "extender-ca.crt",
-        serving_cert=directory / "extender.crt",
-        serving_key=directory / "extender.key",
-        client_cert=directory / "scheduler-client.crt",
-        client_key=directory / "scheduler-client.key",
-    )
+    tls = _extender_paths(directory)
     ca = _ca("nativedra-extender-ca")
     _write_cert(tls.ca_cert, ca[0])
-    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-    for (cert, key), cert_path, key_path in (
-        (_leaf(ca, "nativedra-extender", ExtendedKeyUsageOID.SERVER_AUTH, sans), tls.serving_cert, tls.serving_key),
-        (_leaf(ca, "kube-scheduler", ExtendedKeyUsageOID.CLIENT_AUTH), tls.client_cert, tls.client_key),
-    ):
-        _write_cert(cert_path, cert)
-        _write_key(key_path, key)
+    _write_key(tls.ca_key, ca[1])
+    _issue_extender_leaves(tls, ca)
     return tls
+
+
+def renew_extender_tls(tls: ExtenderTls, new_ca: bool = False) -> None:
+    """New serving and client leaves in place of the old ones, signed by the same CA or, with
+    `new_ca`, by a new CA that replaces `ca_cert` and `ca_key`. Each file is replaced by a rename,
+    so a reader never sees half a file; the certificate and its key are two renames, not one."""
+    if new_ca:
+        ca = _ca("nativedra-extender-ca")
+        _replace(tls.ca_key, functools.partial(_write_key, key=ca[1]))
+        _replace(tls.ca_cert, functools.partial(_write_cert, cert=ca[0]))
+    else:
+        key = serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise TypeError(f"{tls.ca_key}: expected the EC key this module writes")
+        ca = (x509.load_pem_x509_certificate(tls.ca_cert.read_bytes()), key)
+    _issue_extender_leaves(tls, ca)

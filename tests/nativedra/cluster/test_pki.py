@@ -109,6 +109,37 @@ def test_the_extender_pair_has_its_own_ca_a_loopback_server_and_a_scheduler_clie
     assert _matches(tls.serving_cert, tls.serving_key) and _matches(tls.client_cert, tls.client_key)
 
 
+def test_renewed_extender_leaves_are_new_and_chain_to_the_same_ca_or_to_a_new_one(tmp_path: Path) -> None:
+    tls = pki.extender_tls(tmp_path / "extender")
+    first_ca, first_server = _cert(tls.ca_cert), _cert(tls.serving_cert)
+    first_client = _cert(tls.client_cert)
+    assert _mode(tls.ca_key) == 0o600
+    pki.renew_extender_tls(tls)
+    assert _cert(tls.ca_cert) == first_ca
+    for cert_path, key_path, old in (
+        (tls.serving_cert, tls.serving_key, first_server),
+        (tls.client_cert, tls.client_key, first_client),
+    ):
+        assert _cert(cert_path).serial_number != old.serial_number
+        _cert(cert_path).verify_directly_issued_by(first_ca)
+        assert _matches(cert_path, key_path) and _mode(key_path) == 0o600
+    pki.renew_extender_tls(tls, new_ca=True)
+    second_ca = _cert(tls.ca_cert)
+    assert second_ca.public_key() != first_ca.public_key()
+    _cert(tls.serving_cert).verify_directly_issued_by(second_ca)
+    _cert(tls.client_cert).verify_directly_issued_by(second_ca)
+    assert _matches(tls.serving_cert, tls.serving_key) and _matches(tls.client_cert, tls.client_key)
+    assert not list((tmp_path / "extender").glob(".*.new")), "no partial file is left behind"
+
+
+def test_leaves_name_their_ca_by_key_so_two_cas_of_one_name_can_be_bundled(tmp_path: Path) -> None:
+    tls = pki.extender_tls(tmp_path / "extender")
+    ca, leaf = _cert(tls.ca_cert), _cert(tls.serving_cert)
+    subject_key = ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    authority_key = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+    assert authority_key.key_identifier == subject_key.digest
+
+
 def test_a_node_client_certificate_names_the_node_in_system_nodes(tmp_path: Path) -> None:
     material = pki.create(tmp_path / "pki")
     cert_path, key_path = pki.node_client(material, "real-0", tmp_path / "node")
