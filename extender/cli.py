@@ -4,7 +4,8 @@ HTTPS with client-certificate verification is the default: the extender's answer
 pods run, so only the scheduler (holding a certificate from --client-ca-file) may ask. Plain HTTP
 needs --insecure-http, meant for a loopback-only local control plane. Probes and metrics can be
 served on a separate plain-HTTP --probe-port, since the kubelet's HTTPS probes present no client
-certificate.
+certificate. The three TLS files are re-read when they change (extender/tls_reload.py), so
+certificates rotate without a restart.
 """
 
 from __future__ import annotations
@@ -24,14 +25,17 @@ from typing import Any
 import uvicorn
 import uvloop
 from fastapi import FastAPI
+from kubernetes.client import ApiClient
 
 from cmdline.flags import add_flag
 from extender.app import RequestLimits, create_app, create_probe_app
+from extender.cert_expiry import ExpiryWatch, api_warning_poster, pod_from_env
 from extender.config import ConfigError, load_config
 from extender.decide import Decider
 from extender.health import Watchdog
 from extender.informer import run_informer
 from extender.state import ClusterState
+from extender.tls_reload import ReloadingTls, TlsFileError, TlsFiles
 from kube.client import api_client
 
 log = logging.getLogger(__name__)
@@ -60,19 +64,38 @@ def _tls(args: argparse.Namespace) -> dict[str, Any] | str:
     }
 
 
-def _server(app: FastAPI, args: argparse.Namespace, port: int, **extra: Any) -> uvicorn.Server:
-    return uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=args.address,
-            port=port,
-            log_level="warning",
-            access_log=False,
-            limit_concurrency=args.max_connections,
-            timeout_graceful_shutdown=args.shutdown_grace_seconds,
-            **extra,
-        )
+def _server(
+    app: FastAPI, args: argparse.Namespace, port: int, reloading: ReloadingTls | None = None, **extra: Any
+) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app,
+        host=args.address,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        limit_concurrency=args.max_connections,
+        timeout_graceful_shutdown=args.shutdown_grace_seconds,
+        **extra,
     )
+    if reloading is not None:
+        # uvicorn loads the files once (and checks its settings); the server then listens with the
+        # reloading context instead, whose handshakes follow the files (extender/tls_reload.py).
+        config.load()
+        config.ssl = reloading.context
+    return uvicorn.Server(config)
+
+
+def _watch_certificates(args: argparse.Namespace, api: ApiClient, stop: threading.Event) -> ReloadingTls:
+    """Serving TLS that follows its files, its expiry gauges, and a thread that warns before expiry
+    (raises TlsFileError when the files cannot serve at all)."""
+    files = TlsFiles(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+    pod = pod_from_env()
+    if pod is None:
+        log.info("NATIVEDRA_POD_NAME/NATIVEDRA_POD_NAMESPACE unset: certificate expiry is logged, not posted as events")
+    watch = ExpiryWatch(files, args.certificate_warning_days, api_warning_poster(api, pod) if pod else None)
+    reloading = ReloadingTls(files, on_load=watch.loaded)
+    threading.Thread(target=watch.run, args=(reloading.refresh, stop), name="certificate-expiry", daemon=True).start()
+    return reloading
 
 
 async def _serve(servers: list[uvicorn.Server]) -> None:
@@ -92,11 +115,16 @@ def _run(args: argparse.Namespace) -> int:
     api = api_client(args.kubeconfig)
     state = ClusterState(config.driver)
     stop = threading.Event()
+    try:
+        reloading = _watch_certificates(args, api, stop) if tls else None
+    except TlsFileError as error:
+        print(f"nativedra extender: {error}", file=sys.stderr)
+        return 2
     for kind in ClusterState.KINDS:
         threading.Thread(target=run_informer, args=(api, state, kind, stop), name=f"watch-{kind}", daemon=True).start()
     limits = RequestLimits(planning_workers=args.planning_workers, stuck_after_seconds=args.stuck_request_seconds)
     watchdog = Watchdog(limits.stuck_after_seconds)
-    servers = [_server(create_app(state, Decider(config), limits, watchdog), args, args.port, **tls)]
+    servers = [_server(create_app(state, Decider(config), limits, watchdog), args, args.port, reloading, **tls)]
     if args.probe_port:
         servers.append(_server(create_probe_app(state, watchdog), args, args.probe_port))
 
@@ -146,6 +174,14 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_flag(extender, "--tls-cert-file", type=Path, help="serving certificate (PEM)")
     add_flag(extender, "--tls-key-file", type=Path, help="serving certificate's key (PEM)")
     add_flag(extender, "--client-ca-file", type=Path, help="CA that signed the scheduler's client certificate")
+    add_flag(
+        extender,
+        "--certificate-warning-days",
+        type=float,
+        default=30.0,
+        help="a Warning event (CertificateExpiringSoon) on the extender's Pod, at start and then daily, "
+        "when the serving certificate or a client CA expires within this many days",
+    )
     add_flag(
         extender,
         "--insecure-http",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("nativedra_extender_requests_total", "Extender calls by verb and path taken", ["verb", "path"])
 SECONDS = Histogram(
@@ -16,3 +16,8 @@ BAD_REQUESTS = Counter(
 )
 REJECTED_NODES = Counter("nativedra_extender_rejected_nodes_total", "Nodes filtered out, by path", ["path"])
 BUSY = Counter("nativedra_extender_busy_total", "Calls answered 503 because the planning queue was full", ["verb"])
+CERTIFICATE_EXPIRY = Gauge(
+    "nativedra_extender_certificate_expiry_seconds",
+    "Seconds until the earliest notAfter in the serving certificate file or the client CA file (negative: expired)",
+    ["file"],
+)

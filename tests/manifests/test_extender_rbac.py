@@ -1,8 +1,10 @@
 """The extender's ClusterRole lets it list and watch every kind its ClusterState watches (an
-optional kind without the rule is silently treated as absent, native PodGroups for one), and no more."""
+optional kind without the rule is silently treated as absent, native PodGroups for one), and no more;
+its only write is creating events in its own namespace, on the Pod the downward API names."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
@@ -18,17 +20,22 @@ REPO = Path(__file__).resolve().parents[2]
 BUILT_IN = {"pods": "", "nodes": ""}  # kinds listed through the typed core API
 
 
-def _extender_rules() -> list[dict[str, Any]]:
+@functools.cache
+def _base() -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
     output = subprocess.run(
         [kubectl, "kustomize", str(REPO / "manifests" / "base")], capture_output=True, text=True, check=True
     ).stdout
-    (role,) = [
-        d
-        for d in yaml.safe_load_all(output)
-        if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "nativedra-extender"
-    ]
-    return list(role["rules"])
+    return [d for d in yaml.safe_load_all(output) if d]
+
+
+def _extender(kind: str) -> dict[str, Any]:
+    (found,) = [d for d in _base() if d["kind"] == kind and d["metadata"]["name"] == "nativedra-extender"]
+    return found
+
+
+def _extender_rules() -> list[dict[str, Any]]:
+    return list(_extender("ClusterRole")["rules"])
 
 
 def test_every_watched_kind_can_be_listed_and_watched_and_nothing_else() -> None:
@@ -44,3 +51,24 @@ def test_every_watched_kind_can_be_listed_and_watched_and_nothing_else() -> None
     }
     assert watched - granted == set(), "watched kinds the extender may not list and watch"
     assert granted - watched == set(), "list/watch granted on kinds the extender does not watch"
+
+
+def test_the_extender_may_only_create_events_and_only_in_its_namespace() -> None:
+    assert not [rule for rule in _extender_rules() if set(rule["verbs"]) - {"list", "watch"}], "no cluster-wide write"
+    role, binding = _extender("Role"), _extender("RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "nativedra-system"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nativedra-extender"}
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "nativedra-extender", "namespace": "nativedra-system"}
+    ]
+
+
+def test_the_extender_learns_its_own_pod_from_the_downward_api() -> None:
+    (container,) = _extender("Deployment")["spec"]["template"]["spec"]["containers"]
+    fields = {env["name"]: env["valueFrom"]["fieldRef"]["fieldPath"] for env in container["env"]}
+    assert fields == {
+        "NATIVEDRA_POD_NAME": "metadata.name",
+        "NATIVEDRA_POD_NAMESPACE": "metadata.namespace",
+        "NATIVEDRA_POD_UID": "metadata.uid",  # kubectl describe pod selects events by uid
+    }
