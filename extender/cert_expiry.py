@@ -60,7 +60,7 @@ def expiry_warning(loaded: LoadedTls, files: TlsFiles, now: dt.datetime, warning
     ]
     if not parts:
         return None
-    return f"{'; '.join(parts)}: renew it before then, or the scheduler cannot reach the extender"
+    return f"{'; '.join(parts)}: renew before then, or kube-scheduler cannot reach the extender"
 
 
 @dataclass(frozen=True)
