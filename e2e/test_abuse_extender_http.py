@@ -21,6 +21,7 @@ from nativedra.cluster import ControlPlane, commands, wait_for
 from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.pki import ExtenderTls, extender_tls
 from nativedra.cluster.waits import http_ok
+from testkit.extender_harness import BOUND
 from tests.extender.test_app import CLAIMS, MALFORMED
 
 FAST_POD = {"metadata": {"name": "web", "namespace": "default"}, "spec": {"containers": []}}
@@ -54,17 +55,18 @@ class Running:
 @pytest.fixture
 def extender(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Running]:
     tls = extender_tls(tmp_path / "tls")
-    port, probe_port = free_port(), free_port()
+    probe_port = free_port()  # 0 turns the probes off: the probe port is still picked before the start
     log = tmp_path / "extender.log"
     flags = ["--tls-cert-file", str(tls.serving_cert), "--tls-key-file", str(tls.serving_key)]
     flags += ["--client-ca-file", str(tls.ca_cert), "--probe-port", str(probe_port)]
     with log.open("ab") as output:
         process = subprocess.Popen(
-            commands.extender(control_plane.kubeconfig, port, *flags), stdout=output, stderr=subprocess.STDOUT
+            commands.extender(control_plane.kubeconfig, 0, *flags), stdout=output, stderr=subprocess.STDOUT
         )
     try:
         wait_for(lambda: http_ok(f"http://127.0.0.1:{probe_port}/readyz"), 60, "the extender's /readyz", log.read_text)
-        yield Running(process, port, tls, log)
+        found = wait_for(lambda: BOUND.search(log.read_text()), 10, "the port the extender bound", log.read_text)
+        yield Running(process, int(found.group(1)), tls, log)
     finally:
         if process.poll() is None:
             process.kill()

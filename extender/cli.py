@@ -99,7 +99,21 @@ def _watch_certificates(args: argparse.Namespace, api: ApiClient, stop: threadin
 
 
 async def _serve(servers: list[uvicorn.Server]) -> None:
-    await asyncio.gather(*(server.serve() for server in servers))
+    """Serve until every server is done. Once all listen, log the addresses they got: with
+    --port 0 the kernel picks the port, and this line is where a caller reads it."""
+    serving = [asyncio.ensure_future(server.serve()) for server in servers]
+    while not all(server.started for server in servers):
+        if any(task.done() for task in serving):
+            break  # one failed to start: gather says how
+        await asyncio.sleep(0.02)
+    else:
+        log.info("extender serving on %s", ", ".join(_address(server) for server in servers))
+    await asyncio.gather(*serving)
+
+
+def _address(server: uvicorn.Server) -> str:
+    host, port = server.servers[0].sockets[0].getsockname()[:2]
+    return f"{host}:{port}"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -167,7 +181,11 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     add_flag(extender, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
     add_flag(
-        extender, "--port", type=int, default=8888, help="port of the extender verbs (HTTPS unless --insecure-http)"
+        extender,
+        "--port",
+        type=int,
+        default=8888,
+        help="port of the extender verbs (HTTPS unless --insecure-http); 0: one the kernel picks, logged once bound",
     )
     add_flag(extender, "--address", default="0.0.0.0", help="listen address")  # noqa: S104 - a Service fronts it
     add_flag(extender, "--config", type=Path, help="YAML: topologyLevels, planTimeoutSeconds, weights")

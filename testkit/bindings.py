@@ -4,7 +4,9 @@ to the polling period)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Set
@@ -39,8 +41,15 @@ class Bindings:
 
     def __exit__(self, *_: object) -> None:
         self._stopped.set()
-        if self._response is not None:
-            self._response.close()  # ends the reader's blocking read now, not at WATCH_S
+        response = self._response
+        if response is not None:
+            # Ends the reader's blocking read now, not at WATCH_S: closing the response from this
+            # thread does not wake a read blocked in another; shutting its socket down does.
+            sock = getattr(getattr(response, "connection", None), "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            response.close()
         self._thread.join(WATCH_S + 5)
 
     def wait(self, names: Set[str], timeout_s: float) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import ssl
 import subprocess
 import time
@@ -33,11 +34,15 @@ from nativedra.cluster.waits import http_ok, unschedulable_message
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, native_pod_group, request
 from testkit.tcp_balancer import TcpBalancer
 
+BOUND = re.compile(r"extender serving on [^\s:]+:(\d+)")  # its first address is its own, then the probes'
+
 
 @dataclass
 class ExtenderCluster:
     """The real scheduler calls the extender over mutual TLS, as in a cluster (`tls`'s client
-    certificate is the scheduler's); probes use the plain-HTTP probe port."""
+    certificate is the scheduler's); probes use the plain-HTTP probe port. `port` 0: the extender
+    binds a port the kernel picks and says which in its log, read into `port` at the first start;
+    a restart binds that port again, as a Service keeps its address."""
 
     plane: ControlPlane
     api: client.ApiClient
@@ -57,12 +62,24 @@ class ExtenderCluster:
             f"--probe-port={self.probe_port}",
         ]
         with self.log.open("ab") as log:
+            offset = log.tell()
             self.process = subprocess.Popen(
                 commands.extender(self.plane.kubeconfig, self.port, "--config", str(self.config_file), *tls_flags),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
         wait_for(self.ready, 60, "the extender's /readyz", self.log.read_text)
+        if self.port == 0:
+            self.port = wait_for(
+                lambda: self._bound_port(offset), 10, "the extender's port in its log", self.log.read_text
+            )
+
+    def _bound_port(self, offset: int) -> int | None:
+        """The port the extender started at `offset` of its log says it serves on, once it says so."""
+        with self.log.open("rb") as log:
+            log.seek(offset)
+            found = BOUND.search(log.read().decode(errors="replace"))
+        return int(found.group(1)) if found else None
 
     def ready(self) -> bool:
         return http_ok(f"http://127.0.0.1:{self.probe_port}/readyz")
@@ -121,41 +138,36 @@ class ExtenderCluster:
 
 @contextlib.contextmanager
 def _extender_plane(
-    root: Path,
-    extender_config: dict[str, Any],
-    port: int,
-    features: Features = DEFAULTS,
-    shared: ControlPlane | None = None,
-) -> Iterator[Callable[[str, int], ExtenderCluster]]:
-    """A control plane whose scheduler calls https://127.0.0.1:`port`, with the DeviceClasses applied.
-    Yields a factory of extender processes (not started): each serves the port it is given and has
-    its own probe port and log; all share the TLS material and config, as a Deployment's replicas
-    share a Secret and a ConfigMap. `features`: gates beyond the defaults, for a test that says why.
+    root: Path, extender_config: dict[str, Any], features: Features = DEFAULTS, shared: ControlPlane | None = None
+) -> Iterator[tuple[Callable[[str], ExtenderCluster], Callable[[int], None]]]:
+    """A control plane with the DeviceClasses applied. Yields a factory of extender processes (not
+    started; each binds a port the kernel picks, and has its own probe port and log; all share the
+    TLS material and config, as a Deployment's replicas share a Secret and a ConfigMap), and
+    `call(port)`, which restarts the scheduler calling https://127.0.0.1:`port`. `features`: gates
+    beyond the defaults, for a test that says why.
 
     `shared`: a running plane (one of the e2e session's) to use instead of starting one (`features`
-    is then the plane's): its scheduler is restarted calling the extender, and restarted with the
-    configuration it had afterwards."""
+    is then the plane's); its scheduler is restarted with the configuration it had afterwards."""
     tls = extender_tls(root / "extender-tls")
-    extra = scheduler_extra(port, tls)
     if shared is None:
-        plane = ControlPlane(
-            state_dir=root / "cluster", binaries=resolve(), scheduler_config_extra=extra, features=features
-        )
+        plane = ControlPlane(state_dir=root / "cluster", binaries=resolve(), features=features)
         plane.start()
         restore: Mapping[str, Any] | None = None
     else:
         plane, restore = shared, shared.scheduler_config_extra
-        plane.restart_scheduler(extra)
     config_file = root / "extender.yaml"
     config_file.write_text(yaml.safe_dump(extender_config))
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
 
-    def extender(name: str, serving_port: int) -> ExtenderCluster:
-        return ExtenderCluster(plane, api, serving_port, free_port(), tls, config_file, root / f"{name}.log")
+    def extender(name: str) -> ExtenderCluster:
+        return ExtenderCluster(plane, api, 0, free_port(), tls, config_file, root / f"{name}.log")
+
+    def call(port: int) -> None:
+        plane.restart_scheduler(scheduler_extra(port, tls))
 
     try:
         apply_file(api, device_classes())
-        yield extender
+        yield extender, call
     finally:
         if restore is None:
             plane.stop()
@@ -167,11 +179,11 @@ def _extender_plane(
 def extender_cluster(
     root: Path, extender_config: dict[str, Any], features: Features = DEFAULTS, shared: ControlPlane | None = None
 ) -> Iterator[ExtenderCluster]:
-    port = free_port()
-    with _extender_plane(root, extender_config, port, features, shared) as extender:
-        harness = extender("extender", port)
+    with _extender_plane(root, extender_config, features, shared) as (extender, call):
+        harness = extender("extender")
         try:
             harness.start_extender()
+            call(harness.port)
             yield harness
         finally:
             harness.kill_extender()
@@ -202,13 +214,14 @@ def replicated_extender_cluster(
 ) -> Iterator[ReplicatedExtenders]:
     with (
         TcpBalancer() as balancer,  # on a port the kernel picks: no other process can hold it
-        _extender_plane(root, extender_config, balancer.port, shared=shared) as extender,
+        _extender_plane(root, extender_config, shared=shared) as (extender, call),
     ):
-        replicas = [extender(f"extender-{index}", free_port()) for index in range(count)]
-        balancer.set_backends([replica.port for replica in replicas])
+        replicas = [extender(f"extender-{index}") for index in range(count)]
         try:
             for replica in replicas:
                 replica.start_extender()
+            balancer.set_backends([replica.port for replica in replicas])
+            call(balancer.port)
             yield ReplicatedExtenders(replicas, balancer)
         finally:
             for replica in replicas:

@@ -149,7 +149,7 @@ def scheduler(
     config_file = scratch / "extender.yaml"
     config_file.write_text(yaml.safe_dump({}))
     tls = extender_tls(scratch / "tls")
-    extender = ExtenderCluster(plane, api, free_port(), free_port(), tls, config_file, scratch / "extender.log")
+    extender = ExtenderCluster(plane, api, 0, free_port(), tls, config_file, scratch / "extender.log")
     extender.start_extender()
     try:
         plane.restart_scheduler(scheduler_extra(extender.port, tls))
