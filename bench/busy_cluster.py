@@ -1,6 +1,6 @@
 """Extender latency on a busy cluster, through the real HTTP app, in a process of its own.
 
-`python -m bench.busy_cluster NODES --json PATH` builds `tests.builders.busy_cluster(NODES)`, feeds
+`python -m bench.busy_cluster NODES --json PATH` builds `testkit.builders.busy_cluster(NODES)`, feeds
 the real `ClusterState` as the informers do (each kind's LIST decoded from JSON and `replace`d,
 then `apply`d watch events), serves `create_app` with uvicorn on 127.0.0.1 in a thread, and asks
 /filter and /prioritize over one kept-alive HTTP/1.1 connection, as kube-scheduler does, with one

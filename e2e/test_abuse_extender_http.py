@@ -22,7 +22,7 @@ from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.pki import ExtenderTls, extender_tls
 from nativedra.cluster.waits import http_ok
 from testkit.extender_harness import BOUND
-from tests.extender.test_app import CLAIMS, MALFORMED
+from testkit.extender_requests import CLAIMS, MALFORMED
 
 FAST_POD = {"metadata": {"name": "web", "namespace": "default"}, "spec": {"containers": []}}
 

@@ -21,42 +21,9 @@ from fastapi import FastAPI
 from extender.app import RequestLimits, create_app
 from extender.config import ExtenderConfig
 from extender.decide import Decider
-from extender.gang import GANG, GANG_SIZE
 from extender.state import ClusterState
 from kube.names import DRIVER_NAME
-
-GANG_LABELS = {GANG: "g", GANG_SIZE: "2"}
-CLAIMS = [{"name": "gpus", "resourceClaimTemplateName": "t"}]
-
-
-def _pod(**parts: Any) -> dict[str, Any]:
-    metadata = {"name": "p", "namespace": "ns", "uid": "u", **parts.pop("metadata", {})}
-    return {"metadata": metadata, "spec": {"containers": [], **parts.pop("spec", {})}, **parts}
-
-
-def _body(pod: Any, **rest: Any) -> bytes:
-    return json.dumps({"Pod": pod, "NodeNames": ["n1", "n2"], **rest}).encode()
-
-
-DEEP = b'{"Pod": ' + json.dumps(_pod()).encode() + b', "NodeNames": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-MALFORMED: dict[str, tuple[bytes, str]] = {
-    "pod without metadata": (_body({"spec": {}}), "Pod.metadata"),
-    "pod without namespace": (_body({"metadata": {"name": "p"}, "spec": {}}), "Pod.metadata.namespace"),
-    "labels as a list": (_body(_pod(metadata={"labels": ["a"]})), "Pod.metadata.labels"),
-    "resourceClaims as a dict": (_body(_pod(spec={"resourceClaims": {"gpus": {}}})), "Pod.spec.resourceClaims"),
-    "bad Nodes items": (
-        json.dumps({"Pod": _pod(), "Nodes": {"items": [{"metadata": {"name": "a"}}, {"metadata": {}}]}}).encode(),
-        "Nodes.items.1.metadata.name",
-    ),
-    "lone surrogate in a node name": (_body(_pod(), NodeNames=["n1", "n\ud800"]), "NodeNames.1"),
-    "a node name that is not a string": (_body(_pod(), NodeNames=["n1", 7]), "NodeNames.1"),
-    "invalid UTF-8 in a node name": (_body(_pod(), NodeNames=["n1", "nX"]).replace(b"nX", b"n\xff"), "NodeNames.1"),
-    "100k-deep nesting": (DEEP, "nests deeper than"),
-    "gang pod in phase Failed": (
-        _body(_pod(metadata={"labels": GANG_LABELS}, spec={"resourceClaims": CLAIMS}, status={"phase": "Failed"})),
-        "Pod.status.phase",
-    ),
-}
+from testkit.extender_requests import CLAIMS, MALFORMED, request_body, request_pod
 
 
 def _state() -> ClusterState:
@@ -137,7 +104,7 @@ def test_a_malformed_body_gets_a_400_that_names_the_field(client: Client, verb: 
 
 def test_a_body_over_the_cluster_derived_limit_gets_a_413_before_it_is_parsed(client: Client) -> None:
     names = [f"node-{index:07d}-{'x' * 100}" for index in range(20_000)]  # ~2.4 MB for an empty cluster
-    response = client.post("/filter", content=_body(_pod(), NodeNames=names))
+    response = client.post("/filter", content=request_body(request_pod(), NodeNames=names))
     assert response.status_code == 413 and "limit of 1048576" in response.json()["Error"]
     assert RequestLimits().body_limit(5000) == 5000 * 1024, "5,000 node names (~150 KB) fit with room to spare"
 
@@ -168,10 +135,10 @@ def test_the_fast_path_and_healthz_answer_while_planning_is_stuck(state: Cluster
     limits = RequestLimits(stuck_after_seconds=0.3)
     with serving(create_app(state, Decider(ExtenderConfig()), limits)) as client:
         answers: list[int] = []
-        stuck = _in_background(client, "/filter", _body(_pod(spec={"resourceClaims": CLAIMS})), answers)
+        stuck = _in_background(client, "/filter", request_body(request_pod(spec={"resourceClaims": CLAIMS})), answers)
         time.sleep(0.1)
         started = time.perf_counter()
-        fast = client.post("/filter", content=_body(_pod()))
+        fast = client.post("/filter", content=request_body(request_pod()))
         assert fast.status_code == 200 and fast.json()["NodeNames"] == ["n1", "n2"]
         assert time.perf_counter() - started < 1, "a pod without claims waited behind planning"
         assert client.get("/healthz").status_code == 200, "in flight for 0.1 s is not stuck"
@@ -186,7 +153,7 @@ def test_the_fast_path_and_healthz_answer_while_planning_is_stuck(state: Cluster
 def test_a_full_planning_queue_answers_503_at_once(state: ClusterState, held: threading.Event) -> None:
     with serving(create_app(state, Decider(ExtenderConfig()), RequestLimits(planning_queue=2))) as client:
         answers: list[int] = []
-        body = _body(_pod(spec={"resourceClaims": CLAIMS}))
+        body = request_body(request_pod(spec={"resourceClaims": CLAIMS}))
         waiting = [_in_background(client, "/prioritize", body, answers) for _ in range(2)]
         time.sleep(0.2)
         started = time.perf_counter()
@@ -201,8 +168,8 @@ def test_a_full_planning_queue_answers_503_at_once(state: ClusterState, held: th
 def test_an_answer_waiting_for_an_unseen_object_is_an_error_the_scheduler_retries(client: Client) -> None:
     """A rejection parks the pod until some cluster event (up to 5 minutes); an extender error is
     retried after a short backoff, which is what "not seen yet" needs."""
-    pod = _pod(spec={"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "not-yet"}]})
-    response = client.post("/filter", content=_body(pod))
+    pod = request_pod(spec={"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "not-yet"}]})
+    response = client.post("/filter", content=request_body(pod))
     assert response.status_code == 200, response.text
     answer = response.json()
     assert answer["Error"] == "waiting to see ResourceClaimTemplate ns/not-yet"
@@ -218,15 +185,15 @@ def _sample(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def test_metrics_count_each_call_by_verb_and_path_and_each_refused_body(client: Client) -> None:
+def test_metrics_count_each_call_by_verb_and_path_and_each_refusedrequest_body(client: Client) -> None:
     """What an admin graphs: calls by the path they took, their time, and malformed bodies."""
     before = client.get("/metrics").text
-    plain = _body(_pod())
+    plain = request_body(request_pod())
     assert client.post("/filter", content=plain).status_code == 200
     assert client.post("/prioritize", content=plain).status_code == 200
-    assert client.post("/filter", content=_body({"spec": {}})).status_code == 400
-    waiting = _pod(spec={"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "not-yet"}]})
-    assert client.post("/filter", content=_body(waiting)).status_code == 200
+    assert client.post("/filter", content=request_body({"spec": {}})).status_code == 400
+    waiting = request_pod(spec={"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "not-yet"}]})
+    assert client.post("/filter", content=request_body(waiting)).status_code == 200
     after = client.get("/metrics").text
 
     def grew(name: str, **labels: str) -> float:

@@ -11,7 +11,7 @@ from extender.capacity import Matcher, available, members_fit
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
 from extender.node_usage import Usage, nodes_from, take
-from tests.builders import DRIVER, FRACTION, SHARE, gpu_nodes
+from testkit.builders import DRIVER, FRACTION, SHARE, gpu_nodes
 
 SHARE_NODE = gpu_nodes({"n": {}}, shares=True)["n"]
 

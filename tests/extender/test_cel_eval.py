@@ -14,7 +14,7 @@ import pytest
 
 from extender.capacity import Matcher
 from extender.cel_eval import Selectors, device_view
-from tests.builders import DRIVER, gpu_nodes, node_objects
+from testkit.builders import DRIVER, gpu_nodes, node_objects
 
 PRODUCT = f"device.attributes['{DRIVER}'].productName"
 

@@ -15,7 +15,7 @@ from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
 from extender.lag import feasible_nodes_to_find
 from extender.node_usage import Usage
 from extender.view import ClusterView
-from tests.builders import (
+from testkit.builders import (
     CREATED,
     SHARE_CLASS,
     allocated_claim,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from extender.demand import allocated_node
-from tests.builders import DRIVER, allocated_claim, pod
+from testkit.builders import DRIVER, allocated_claim, pod
 
 
 def claims(*items: dict[str, object]) -> dict[tuple[str, str], dict[str, object]]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from extender.gang import JobSetShape, gang_of, may_belong_to_gang
-from tests.builders import pod
+from testkit.builders import pod
 
 JOBSET_LABELS = {
     "jobset.sigs.k8s.io/jobset-name": "js",

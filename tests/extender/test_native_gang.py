@@ -8,7 +8,7 @@ from extender.config import RACK_LABEL, ExtenderConfig
 from extender.decide import RETRY, Decider
 from extender.gang import GANG, GANG_SIZE, NativeGroup, gang_of, may_belong_to_gang
 from extender.state import NATIVE_KINDS, ClusterState
-from tests.builders import CREATED, DRIVER, allocated_claim, claim_template, gang_labels, pod, pod_group, racks, view
+from testkit.builders import CREATED, DRIVER, allocated_claim, claim_template, gang_labels, pod, pod_group, racks, view
 from tests.extender.test_decide import SOON_AFTER
 
 EIGHT = claim_template("eight", 8)

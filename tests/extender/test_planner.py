@@ -9,7 +9,7 @@ from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED, gang_of
 from extender.node_usage import Node, Usage
 from extender.plan_model import Gang, Member, PlanLimits
 from extender.planner import ClusterPlan, plan_cluster
-from tests.builders import DRIVER, GPU, gang_labels, gpu_nodes, pod, racks
+from testkit.builders import DRIVER, GPU, gang_labels, gpu_nodes, pod, racks
 
 EIGHT = Demand((Request((GPU,), 8),))
 

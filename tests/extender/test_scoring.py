@@ -8,7 +8,7 @@ from extender.config import ScoreWeights
 from extender.demand import Demand, Request
 from extender.node_usage import Node, Usage, usage_from
 from extender.scoring import score
-from tests.builders import DRIVER, FRACTION, GPU, allocated_claim, gpu_nodes
+from testkit.builders import DRIVER, FRACTION, GPU, allocated_claim, gpu_nodes
 
 MATCHER = Matcher(Selectors(), DRIVER)
 WEIGHTS = ScoreWeights()

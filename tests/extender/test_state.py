@@ -9,7 +9,7 @@ from typing import Any
 
 from extender.state import ClusterState
 from extender.view import ClusterView
-from tests.builders import DRIVER, allocated_claim, gang_labels, node_objects, pod
+from testkit.builders import DRIVER, allocated_claim, gang_labels, node_objects, pod
 
 NODES, SLICES = node_objects({"a": {"rack": "r1"}, "b": {"rack": "r1"}})
 CLAIM_ON_A = allocated_claim("c-a", "a", ["gpu-0"])
