@@ -54,8 +54,8 @@ from kube.names import DRIVER_NAME, GPU_CLASS
 from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, create_fake_node, wait_for
 from nativedra.cluster.controlplane import free_port
+from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender
 from nativedra.cluster.pki import extender_tls
-from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.objects import apply_file, claim_template, create_claim, device_classes, gpu_pod, request
 from testkit.bindings import Bindings
 from testkit.extender_harness import ExtenderCluster, fresh_namespace, gang_pods
@@ -187,11 +187,11 @@ def _scheduler(plane: ControlPlane, api: client.ApiClient, scratch: Path, mode: 
     extender = ExtenderCluster(plane, api, free_port(), free_port(), tls, config_file, scratch / "extender.log")
     extender.start_extender()
     try:
-        plane.restart_scheduler({**scheduler_extra(extender.port, tls), **CLIENT})
+        call_extender(plane, extender.port, tls, CLIENT)
         yield
     finally:
         extender.kill_extender()
-        plane.restart_scheduler({})
+        stop_calling_extender(plane)
 
 
 def _gangs(api: client.ApiClient, namespace: str, count: int, rack_of: dict[str, str]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR
-from kube.names import DRIVER_NAME, GPU_NODE_LABEL
+from kube.names import DRIVER_NAME, EXTENDER_MARKER, GPU_NODE_LABEL
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
 from nativedra.cluster.realnode import (
@@ -414,3 +414,26 @@ def test_device_fault_reaches_the_pod_status(real_node: Node) -> None:
             assert tainted == {next(gpu.index for gpu in PROFILE_GPUS if gpu.uuid == uuid)}
         finally:
             faults.unlink(missing_ok=True)
+
+
+def test_a_pod_carrying_the_extender_marker_is_admitted_by_the_real_kubelet(real_node: Node) -> None:
+    """The marker the extender's policy adds (an extended resource no node advertises) does not keep
+    a pod off a node: the kubelet drops extended resources its node lacks before its admission check
+    (removeMissingExtendedResources). Placed here directly, as a scheduler that ignores the marker would."""
+    with fresh_namespace(real_node.api, "marked") as namespace:
+        container = {
+            "name": "c",
+            "image": real_node.node.image,
+            "command": ["sh", "-c", "sleep 3600"],
+            "resources": {"limits": {EXTENDER_MARKER: "1"}},
+        }
+        pod = {"metadata": {"name": "marked"}, "spec": {"nodeName": NODE, "containers": [container]}}
+        real_node.core.create_namespaced_pod(namespace, pod)
+        wait_for(
+            lambda: real_node.core.read_namespaced_pod("marked", namespace).status.phase == "Running",
+            120,
+            "the marked pod running",
+            lambda: describe_pod(real_node.api, namespace, "marked"),
+        )
+        requests = real_node.core.read_namespaced_pod("marked", namespace).spec.containers[0].resources.requests
+        assert requests == {EXTENDER_MARKER: "1"}, "the API server defaulted the request to the limit"

@@ -176,8 +176,10 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "extender",
         help="run the scheduler extender (gang placement, topology domains, scoring)",
         description="HTTPS extender for kube-scheduler: /filter, /prioritize, /healthz, /readyz, /metrics. "
-        "Configure the scheduler with nodeCacheCapable: true, no managedResources, percentageOfNodesToScore: 100, "
-        "enableHTTPS: true and a tlsConfig whose client certificate --client-ca-file signed.",
+        "Configure the scheduler with nodeCacheCapable: true, managedResources naming nativedra.dev/extender "
+        "(ignoredByScheduler: true) beside the policy that marks pods with it (manifests/scheduler/), "
+        "percentageOfNodesToScore: 100, enableHTTPS: true and a tlsConfig whose client certificate "
+        "--client-ca-file signed.",
     )
     add_flag(extender, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
     add_flag(

@@ -10,6 +10,10 @@ DRIVER_NAME = "gpu.nativedra.dev"
 GPU_NODE_LABEL = "nativedra.dev/gpu-node"
 """The plugin DaemonSet's nodeSelector: a node with this label set to "true" runs the plugin."""
 
+EXTENDER_MARKER = "nativedra.dev/extender"
+"""The extended resource that marks the pods the extender serves (manifests/base/extender-marker-policy.yaml
+adds it; the scheduler's managedResources list it): only those pods wait on the extender."""
+
 GPU_CLASS = DRIVER_NAME
 """The shipped DeviceClasses (manifests/base/deviceclasses.yaml): whole GPUs, ..."""
 FRACTION_CLASS = "gpu-fraction.nativedra.dev"

@@ -25,6 +25,11 @@ def device_classes() -> Path:
     return shipped("deviceclasses.yaml")
 
 
+def extender_marker_policy() -> Path:
+    """The MutatingAdmissionPolicy that marks the pods the extender serves (1.36+)."""
+    return shipped("extender-marker-policy.yaml")
+
+
 def apply_documents(api: client.ApiClient, documents: list[dict[str, Any]], namespace: str | None = None) -> None:
     """Server-side apply, so applying the same manifest twice is harmless."""
     dyn = dynamic.DynamicClient(api)
@@ -97,9 +102,11 @@ def gpu_pod(
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
     pod_group: str | None = None,
+    scheduler: str | None = None,
 ) -> None:
     """A pod whose one container uses one claim generated from `template`; with `pod_group`, a
-    member of that native PodGroup (spec.schedulingGroup, immutable once created)."""
+    member of that native PodGroup (spec.schedulingGroup, immutable once created); with
+    `scheduler`, placed by that scheduler instead of the default one."""
     spec: dict[str, Any] = {
         "containers": [
             {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
@@ -107,6 +114,8 @@ def gpu_pod(
         "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
         "terminationGracePeriodSeconds": 0,
     }
+    if scheduler:
+        spec["schedulerName"] = scheduler
     selector = dict(node_selector or {})
     if node:
         selector["kubernetes.io/hostname"] = node

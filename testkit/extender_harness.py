@@ -28,8 +28,8 @@ from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.cluster.controlplane import free_port
+from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender
 from nativedra.cluster.pki import ExtenderTls, extender_tls
-from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.cluster.waits import http_ok, unschedulable_message
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, native_pod_group, request
 from testkit.tcp_balancer import TcpBalancer
@@ -105,11 +105,11 @@ class ExtenderCluster:
     def scheduler_alone(self) -> Iterator[None]:
         """The scheduler restarted without this extender (its own plugins only) for the block, and
         with it again afterwards; the extender process keeps running, uncalled."""
-        self.plane.restart_scheduler({})
+        stop_calling_extender(self.plane)
         try:
             yield
         finally:
-            self.plane.restart_scheduler(scheduler_extra(self.port, self.tls))
+            call_extender(self.plane, self.port, self.tls)
 
     def kill_extender(self) -> None:
         if self.process and self.process.poll() is None:
@@ -163,7 +163,7 @@ def _extender_plane(
         return ExtenderCluster(plane, api, 0, free_port(), tls, config_file, root / f"{name}.log")
 
     def call(port: int) -> None:
-        plane.restart_scheduler(scheduler_extra(port, tls))
+        call_extender(plane, port, tls)
 
     try:
         apply_file(api, device_classes())
@@ -172,7 +172,7 @@ def _extender_plane(
         if restore is None:
             plane.stop()
         else:
-            plane.restart_scheduler(restore)
+            stop_calling_extender(plane, restore)
 
 
 @contextlib.contextmanager
@@ -253,6 +253,7 @@ def gang_pods(
     annotations: dict[str, str] | None = None,
     selector: dict[str, str] | None = None,
     members: range | None = None,
+    scheduler: str | None = None,
 ) -> list[str]:
     """Pods of one gang, each asking for `gpus` whole GPUs; returns their names."""
     template = f"{gang}-gpus"
@@ -262,7 +263,16 @@ def gang_pods(
     for index in members if members is not None else range(size):
         name = f"{gang}-{index}"
         labels = {"nativedra.dev/gang": gang, "nativedra.dev/gang-size": str(size), **(extra_labels or {})}
-        gpu_pod(api, namespace, name, template, node_selector=selector, labels=labels, annotations=annotations)
+        gpu_pod(
+            api,
+            namespace,
+            name,
+            template,
+            node_selector=selector,
+            labels=labels,
+            annotations=annotations,
+            scheduler=scheduler,
+        )
         names.append(name)
     return names
 

@@ -53,8 +53,8 @@ from kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node
 from nativedra.cluster.components import Features
 from nativedra.cluster.controlplane import free_port
+from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender
 from nativedra.cluster.pki import extender_tls
-from nativedra.cluster.scheduler_config import scheduler_extra
 from nativedra.cluster.waits import unschedulable_message
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 from testkit.bindings import Bindings
@@ -152,11 +152,11 @@ def scheduler(
     extender = ExtenderCluster(plane, api, 0, free_port(), tls, config_file, scratch / "extender.log")
     extender.start_extender()
     try:
-        plane.restart_scheduler(scheduler_extra(extender.port, tls))
+        call_extender(plane, extender.port, tls)
         yield extender
     finally:
         extender.kill_extender()
-        plane.restart_scheduler({})
+        stop_calling_extender(plane)
 
 
 def _churn(api: client.ApiClient, namespace: str, seconds: float) -> None:

@@ -197,9 +197,27 @@ class ControlPlane:
                 [*components.controller_manager_args(self.layout), *self.controller_manager_flags],
             )
             self._wait_ready("kube-controller-manager", f"https://127.0.0.1:{self.layout.ports['kcm']}/healthz")
+            self._wait_default_service_account()
         except BaseException:
             self.stop()
             raise
+
+    def _wait_default_service_account(self) -> None:
+        """Pods are refused until their namespace's `default` ServiceAccount exists, which the
+        controller manager creates a moment after it is healthy: a pod created right after `up`
+        would fail with 'serviceaccount "default" not found'."""
+        core = client.CoreV1Api(self.api_client())
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            try:
+                core.read_namespaced_service_account("default", "default")
+                return
+            except client.ApiException as error:
+                if error.status != 404 or time.monotonic() > deadline:
+                    raise ControlPlaneError(
+                        f"the default namespace's default ServiceAccount: {error.status} {error.reason}"
+                    ) from error
+            time.sleep(0.1)
 
     def api_client(self) -> client.ApiClient:
         return config.new_client_from_config(config_file=str(self.kubeconfig))

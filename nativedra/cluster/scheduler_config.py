@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from kube.names import EXTENDER_MARKER
 from nativedra.cluster.pki import ExtenderTls
 
 
-def scheduler_extra(port: int, tls: ExtenderTls | None = None) -> dict[str, Any]:
+def scheduler_extra(port: int, tls: ExtenderTls | None = None, *, marked: bool = True) -> dict[str, Any]:
+    """`marked`: only pods the marker policy marked are sent (1.36+, see extender_wiring); without
+    it, every pod is, as a cluster without the policy must."""
     extender: dict[str, Any] = {
         "urlPrefix": f"{'https' if tls else 'http'}://127.0.0.1:{port}",
         "filterVerb": "filter",
@@ -21,6 +24,8 @@ def scheduler_extra(port: int, tls: ExtenderTls | None = None) -> dict[str, Any]
         "ignorable": False,
         "httpTimeout": "10s",
     }
+    if marked:
+        extender["managedResources"] = [{"name": EXTENDER_MARKER, "ignoredByScheduler": True}]
     if tls:
         extender["enableHTTPS"] = True
         extender["tlsConfig"] = {

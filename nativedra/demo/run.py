@@ -19,7 +19,7 @@ from nativedra.cluster.addons import JOBSET, LWS, start_addon
 from nativedra.cluster.cli import start_detached
 from nativedra.cluster.commands import NodeDirs
 from nativedra.cluster.controlplane import free_port, stop_recorded
-from nativedra.cluster.scheduler_config import scheduler_extra
+from nativedra.cluster.extender_wiring import call_extender
 from nativedra.cluster.waits import http_ok
 from nativedra.demo.clustermap import read_map, render_svg, render_text
 from nativedra.demo.kubelet_step import play_kubelet
@@ -65,10 +65,11 @@ def start_cluster(state_dir: Path) -> tuple[ControlPlane, client.ApiClient, int]
     stop_recorded(state_dir)  # a previous demo is replaced, not reused
     _say("starting the local control plane (the first run builds Kubernetes; later runs reuse it)...")
     port = free_port()
-    plane = start_detached(state_dir, scheduler_extra(port))
+    plane = start_detached(state_dir, {})
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
     extender = commands.extender(plane.kubeconfig, port, "--insecure-http")  # loopback only: see scheduler_extra
     plane.spawn("extender", Path(extender[0]), extender[1:])
+    call_extender(plane, port)  # only GPU and gang pods are sent to it, as manifests/scheduler/ wires a cluster
     apply_file(api, device_classes())
     for addon in (JOBSET, LWS):
         _say(f"starting the {addon.name} controller {addon.version} with its webhooks (built once)...")

@@ -1,0 +1,71 @@
+"""Pointing a local control plane's scheduler at an extender, and away again, the way an admin wires
+a cluster: the scheduler configuration and the policy that marks the pods it sends go together
+(manifests/scheduler/). A marked pod fits no node for a scheduler that does not ignore the marker,
+and an unmarked one is never sent, so the policy is in effect exactly while the scheduler calls the
+extender. Releases before 1.36 do not serve the policy by default: there every pod is sent."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client
+
+from extender.gang import GANG
+from kube.names import EXTENDER_MARKER
+from nativedra.cluster.controlplane import ControlPlane
+from nativedra.cluster.pki import ExtenderTls
+from nativedra.cluster.scheduler_config import scheduler_extra
+from nativedra.cluster.waits import wait_for
+from nativedra.objects import apply_file, extender_marker_policy
+
+POLICY_SERVED_SINCE = (1, 36)  # MutatingAdmissionPolicy: GA and served by default
+POLICY_NAME = "nativedra-extender-marker"
+
+
+def marks_pods(version: str) -> bool:
+    """Whether a release serves the marker policy with its default gates ("v1.37.2" -> True)."""
+    major, minor = (int(part) for part in version.lstrip("v").split(".")[:2])
+    return (major, minor) >= POLICY_SERVED_SINCE
+
+
+def marked_now(api: client.ApiClient, scheduler: str = "default-scheduler") -> bool:
+    """Whether a gang pod of `scheduler` created now would be marked: a server-side dry run goes
+    through admission, policies included."""
+    probe = {
+        "metadata": {"generateName": "nativedra-marker-probe-", "labels": {GANG: "probe"}},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    created = client.CoreV1Api(api).create_namespaced_pod("default", probe, dry_run="All")
+    limits = created.spec.containers[0].resources.limits or {}
+    return EXTENDER_MARKER in limits
+
+
+def call_extender(
+    plane: ControlPlane, port: int, tls: ExtenderTls | None = None, extra: Mapping[str, Any] | None = None
+) -> None:
+    """Restart the scheduler calling the extender on 127.0.0.1:`port` (with `extra` configuration),
+    once the marker policy marks new pods."""
+    marked = marks_pods(plane.binaries.version)
+    if marked:
+        api = plane.api_client()
+        apply_file(api, extender_marker_policy())
+        wait_for(lambda: marked_now(api), 30, "the extender marker policy to mark new pods")
+    plane.restart_scheduler({**scheduler_extra(port, tls, marked=marked), **(extra or {})})
+
+
+def stop_calling_extender(plane: ControlPlane, extra: Mapping[str, Any] | None = None) -> None:
+    """Restart the scheduler without the extender (with `extra`), once new pods are no longer marked."""
+    if marks_pods(plane.binaries.version):
+        api = plane.api_client()
+        policies = client.AdmissionregistrationV1Api(api)
+        with contextlib.suppress(client.ApiException):
+            policies.delete_mutating_admission_policy_binding(POLICY_NAME)
+        with contextlib.suppress(client.ApiException):
+            policies.delete_mutating_admission_policy(POLICY_NAME)
+        wait_for(lambda: not marked_now(api), 30, "new pods to be created without the extender marker")
+    plane.restart_scheduler(dict(extra or {}))

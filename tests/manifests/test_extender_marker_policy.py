@@ -1,0 +1,103 @@
+"""The policies that mark the pods the extender serves, one per way of wiring a scheduler: each match
+condition, evaluated with CEL as the API server does, marks exactly the pods of its scheduler with
+resource claims and those the extender may count in a gang; the marker each adds is the one its
+scheduler configuration manages and ignores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import cel
+import pytest
+import yaml
+
+from extender.gang import IDENTITY_LABELS, may_belong_to_gang
+from kube.names import EXTENDER_MARKER
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+SECOND = MANIFESTS / "overlays" / "second-scheduler"
+# Wiring -> (its marker policy, the scheduler whose pods it marks).
+POLICIES = {
+    "default scheduler": (MANIFESTS / "scheduler" / "extender-marker-policy.yaml", "default-scheduler"),
+    "second scheduler": (SECOND / "extender-marker-policy.yaml", "nativedra-scheduler"),
+}
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _policy(path: Path) -> dict[str, Any]:
+    return next(d for d in _documents(path) if d["kind"] == "MutatingAdmissionPolicy")
+
+
+def _marked(path: Path, pod: dict[str, Any]) -> bool:
+    context = cel.Context()
+    context.add_variable("object", pod)
+    return all(bool(cel.evaluate(c["expression"], context)) for c in _policy(path)["spec"]["matchConditions"])
+
+
+def _pod(labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "p", "namespace": "ns"}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"metadata": metadata, "spec": {"containers": [{"name": "c"}], **spec}}
+
+
+PODS = {
+    "plain": _pod(),
+    "other labels": _pod({"app": "web", "jobset.sigs.k8s.io/job-index": "0"}),
+    "a claim": _pod(resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "one"}]),
+    "no claims listed": _pod(resourceClaims=[]),
+    "native PodGroup member": _pod(schedulingGroup={"podGroupName": "train"}),
+    "empty scheduling group": _pod(schedulingGroup={}),
+    **{f"gang label {label}": _pod({label: "x"}) for label in IDENTITY_LABELS},
+}
+
+
+def _scheduled_by(pod: dict[str, Any], scheduler: str) -> dict[str, Any]:
+    return {**pod, "spec": {**pod["spec"], "schedulerName": scheduler}}
+
+
+@pytest.mark.parametrize("wiring", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(PODS))
+def test_a_policy_marks_exactly_the_pods_the_extender_serves(wiring: str, name: str) -> None:
+    path, scheduler = POLICIES[wiring]
+    pod = _scheduled_by(PODS[name], scheduler)
+    served = bool(pod["spec"].get("resourceClaims")) or may_belong_to_gang(pod)
+    assert _marked(path, pod) == served
+
+
+@pytest.mark.parametrize("wiring", sorted(POLICIES))
+def test_pods_of_another_scheduler_are_never_marked(wiring: str) -> None:
+    """Their scheduler does not ignore the marker: a marked pod would never fit a node there."""
+    path, scheduler = POLICIES[wiring]
+    assert _marked(path, _scheduled_by(PODS["a claim"], scheduler))
+    assert not _marked(path, _scheduled_by(PODS["a claim"], "other-scheduler"))
+
+
+def _extender_of(wiring: str) -> dict[str, Any]:
+    if wiring == "default scheduler":
+        return dict(_documents(MANIFESTS / "scheduler" / "kube-scheduler-config.yaml")[0]["extenders"][0])
+    config_map = next(d for d in _documents(SECOND / "second-scheduler.yaml") if d["kind"] == "ConfigMap")
+    return dict(yaml.safe_load(config_map["data"]["config.yaml"])["extenders"][0])
+
+
+@pytest.mark.parametrize("wiring", sorted(POLICIES))
+def test_the_marker_is_added_on_create_and_is_what_its_scheduler_manages_and_ignores(wiring: str) -> None:
+    path, _ = POLICIES[wiring]
+    spec = _policy(path)["spec"]
+    assert spec["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
+    assert f'"{EXTENDER_MARKER}": "1"' in spec["mutations"][0]["applyConfiguration"]["expression"]
+    binding = next(d for d in _documents(path) if d["kind"] == "MutatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == _policy(path)["metadata"]["name"]
+    assert _extender_of(wiring)["managedResources"] == [{"name": EXTENDER_MARKER, "ignoredByScheduler": True}]
+
+
+def test_the_default_schedulers_policy_goes_with_its_wiring_not_with_the_base() -> None:
+    """Marked pods fit no node for a scheduler that is not told to ignore the marker: the policy is
+    applied with the scheduler configuration, and the overlay brings its own."""
+    base = yaml.safe_load((MANIFESTS / "base" / "kustomization.yaml").read_text())["resources"]
+    assert not any("marker" in resource for resource in base)
+    assert "extender-marker-policy.yaml" in yaml.safe_load((SECOND / "kustomization.yaml").read_text())["resources"]
