@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from cryptography import x509
 from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
@@ -23,6 +26,7 @@ from dra_driver.publishing.slices import build_slices
 from extender.config import RACK_LABEL
 from kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node, wait_for, wait_pod_scheduled
+from nativedra.cluster.pki import renew_extender_tls
 from nativedra.cluster.waits import unschedulable_message
 from nativedra.objects import claim_template, gpu_pod, request
 from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
@@ -203,3 +207,38 @@ def test_scores_prefer_one_numa_node_and_partly_used_nodes(
     assert wait_pod_scheduled(ext.api, ext_namespace, "first", 60) == partly_used
     gpu_pod(ext.api, ext_namespace, "single", "one", node_selector={TEST_LABEL: test, "role": "pack"})
     assert wait_pod_scheduled(ext.api, ext_namespace, "single", 60) == partly_used
+
+
+def _serving_serial(ext: ExtenderCluster) -> int:
+    """The serial of the certificate the extender serves a new handshake."""
+    with (
+        socket.create_connection(("127.0.0.1", ext.port), timeout=10) as raw,
+        ext.client_context().wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_certificates_rotate_under_load_and_no_pod_fails_for_tls(ext: ExtenderCluster, ext_namespace: str) -> None:
+    """1-GPU pods created throughout a renewal of the extender's serving certificate and the
+    scheduler's client certificate (every file swapped at once, as a mounted Secret is): every pod
+    is bound, none has a FailedScheduling about TLS, and new handshakes get the new certificate."""
+    api, ns = ext.api, ext_namespace
+    test = uuid.uuid4().hex[:6]
+    ext.add_gpu_nodes(3, {TEST_LABEL: test})
+    claim_template(api, ns, "one", [request("gpu", GPU_CLASS, count=1)])
+    before = _serving_serial(ext)
+    names = [f"p{index}" for index in range(20)]
+    for index, name in enumerate(names):
+        if index == len(names) // 2:
+            renew_extender_tls(ext.tls)
+        gpu_pod(api, ns, name, "one", node_selector={TEST_LABEL: test})
+        time.sleep(0.2)
+    wait_for(lambda: len(bound(api, ns, names)) == len(names), 120, "every pod bound", lambda: _reasons(api, ns, names))
+    wait_for(lambda: _serving_serial(ext) != before, 10, "the extender serving its new certificate")
+    failures = [
+        event.message
+        for event in client.CoreV1Api(api).list_namespaced_event(ns, field_selector="reason=FailedScheduling").items
+    ]
+    assert not [m for m in failures if any(word in (m or "").lower() for word in ("tls", "x509", "certificate"))]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import ipaddress
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,49 +213,74 @@ def _extender_paths(directory: Path) -> ExtenderTls:
     )
 
 
-def _replace(path: Path, write: Callable[[Path], None]) -> None:
-    """Write next to `path`, then rename over it: a reader sees the old file or the new, never half."""
-    partial = path.with_name(f".{path.name}.new")
-    write(partial)
-    partial.replace(path)
+def _publish(tls: ExtenderTls, written: dict[Path, Callable[[Path], None]]) -> None:
+    """The way the kubelet updates a mounted Secret: every file of a version in a new directory, then
+    one rename of the `..data` link to it, so a reader sees the old set or the new one and never a
+    certificate beside a key it does not match (kube-scheduler would fail its handshakes until its
+    next read). Each file is a link through `..data`; files not in `written` carry over."""
+    directory = tls.ca_cert.parent
+    data = directory / "..data"
+    version = directory / f"..{dt.datetime.now(dt.UTC):%Y%m%d%H%M%S%f}"
+    version.mkdir(mode=0o700)
+    for path in (tls.ca_cert, tls.ca_key, tls.serving_cert, tls.serving_key, tls.client_cert, tls.client_key):
+        target = version / path.name
+        if path in written:
+            written[path](target)
+        else:
+            target.write_bytes(path.read_bytes())
+            target.chmod(path.stat().st_mode & 0o777)
+        if not path.is_symlink():
+            path.symlink_to(Path("..data") / path.name)
+    old = data.resolve() if data.is_symlink() else None
+    link = directory / "..data_tmp"
+    link.symlink_to(version.name)
+    link.replace(data)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
-def _issue_extender_leaves(tls: ExtenderTls, ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey]) -> None:
+def _leaves(
+    tls: ExtenderTls, ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
+) -> dict[Path, Callable[[Path], None]]:
     sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-    for (cert, key), cert_path, key_path in (
-        (_leaf(ca, "nativedra-extender", ExtendedKeyUsageOID.SERVER_AUTH, sans), tls.serving_cert, tls.serving_key),
-        (_leaf(ca, "kube-scheduler", ExtendedKeyUsageOID.CLIENT_AUTH), tls.client_cert, tls.client_key),
-    ):
-        # Two renames: between them a reader sees a mismatched pair (the extender keeps its last
-        # good context; kube-scheduler's client-go fails handshakes until its next read, a second
-        # later). In a cluster, a Secret volume swaps every file at once.
-        _replace(key_path, functools.partial(_write_key, key=key))
-        _replace(cert_path, functools.partial(_write_cert, cert=cert))
+    serving = _leaf(ca, "nativedra-extender", ExtendedKeyUsageOID.SERVER_AUTH, sans)
+    client = _leaf(ca, "kube-scheduler", ExtendedKeyUsageOID.CLIENT_AUTH)
+    return {
+        tls.serving_cert: functools.partial(_write_cert, cert=serving[0]),
+        tls.serving_key: functools.partial(_write_key, key=serving[1]),
+        tls.client_cert: functools.partial(_write_cert, cert=client[0]),
+        tls.client_key: functools.partial(_write_key, key=client[1]),
+    }
 
 
 def extender_tls(directory: Path) -> ExtenderTls:
-    """A CA of its own (so a test never needs the control plane's CA key) and the two leaves."""
+    """A CA of its own (so a test never needs the control plane's CA key) and the two leaves, laid
+    out as a mounted Secret is (see `_publish`)."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     tls = _extender_paths(directory)
     ca = _ca("nativedra-extender-ca")
-    _write_cert(tls.ca_cert, ca[0])
-    _write_key(tls.ca_key, ca[1])
-    _issue_extender_leaves(tls, ca)
+    written: dict[Path, Callable[[Path], None]] = {
+        tls.ca_cert: functools.partial(_write_cert, cert=ca[0]),
+        tls.ca_key: functools.partial(_write_key, key=ca[1]),
+    }
+    _publish(tls, {**written, **_leaves(tls, ca)})
     return tls
 
 
 def renew_extender_tls(tls: ExtenderTls, new_ca: bool = False) -> None:
     """New serving and client leaves in place of the old ones, signed by the same CA or, with
-    `new_ca`, by a new CA that replaces `ca_cert` and `ca_key`. Each file is replaced by a rename,
-    so a reader never sees half a file; the certificate and its key are two renames, not one."""
+    `new_ca`, by a new CA that replaces `ca_cert` and `ca_key`; every file changes at once."""
+    written: dict[Path, Callable[[Path], None]] = {}
     if new_ca:
         ca = _ca("nativedra-extender-ca")
-        _replace(tls.ca_key, functools.partial(_write_key, key=ca[1]))
-        _replace(tls.ca_cert, functools.partial(_write_cert, cert=ca[0]))
+        written = {
+            tls.ca_cert: functools.partial(_write_cert, cert=ca[0]),
+            tls.ca_key: functools.partial(_write_key, key=ca[1]),
+        }
     else:
         key = serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise TypeError(f"{tls.ca_key}: expected the EC key this module writes")
         ca = (x509.load_pem_x509_certificate(tls.ca_cert.read_bytes()), key)
-    _issue_extender_leaves(tls, ca)
+    _publish(tls, {**written, **_leaves(tls, ca)})

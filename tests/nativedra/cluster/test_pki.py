@@ -5,6 +5,7 @@ readable by the owner only."""
 from __future__ import annotations
 
 import datetime as dt
+import ssl
 import stat
 from pathlib import Path
 
@@ -149,3 +150,18 @@ def test_a_node_client_certificate_names_the_node_in_system_nodes(tmp_path: Path
     ca = x509.load_pem_x509_certificate(material.ca_cert.read_bytes())
     cert.verify_directly_issued_by(ca)
     assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
+
+
+def test_a_renewal_swaps_every_extender_file_at_once_as_a_mounted_secret_does(tmp_path: Path) -> None:
+    """Each file is a link through `..data`, and a renewal is one rename of that link: a reader
+    never finds a certificate beside a key it does not match (kube-scheduler would fail handshakes)."""
+    tls = pki.extender_tls(tmp_path)
+    files = (tls.ca_cert, tls.ca_key, tls.serving_cert, tls.serving_key, tls.client_cert, tls.client_key)
+    before, client_before = (tmp_path / "..data").resolve(), tls.client_cert.read_bytes()
+    pki.renew_extender_tls(tls)
+    after = (tmp_path / "..data").resolve()
+    assert after != before and not before.exists(), "the old version is removed once the link moved"
+    assert all(path.is_symlink() and path.resolve().parent == after for path in files)
+    assert tls.client_cert.read_bytes() != client_before
+    ssl.create_default_context().load_cert_chain(tls.client_cert, tls.client_key)  # the new pair matches
+    assert oct(tls.client_key.stat().st_mode & 0o777) == "0o600"
