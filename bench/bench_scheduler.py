@@ -21,6 +21,8 @@ benchmark plane lifts kube-controller-manager's (CONTROLLER_MANAGER_CLIENT).
   creation to its last member bound, how many complete within GANG_WAIT_S, how many end partly
   placed, and how many complete ones sit in one rack (without the extender nothing asks for one).
 - pods: 1-GPU pods created by WORKERS threads; pods/s from the first create to the last bind.
+- plain pods: as many pods with no claim and no gang, the same way: the shipped wiring never sends
+  them to the extender, so with it they should schedule as fast as without.
 
 Bind times come from a watch on the namespace rather than from polled LISTs, which would load the
 API server the scheduler shares the two cores with. Figures go to bench-results/scheduler.json.
@@ -221,14 +223,25 @@ def _gangs(api: client.ApiClient, namespace: str, count: int, rack_of: dict[str,
     }
 
 
-def _pods(api: client.ApiClient, namespace: str, count: int) -> dict[str, Any]:
-    """`count` 1-GPU pods from WORKERS threads; pods/s from the first create to the last bind, or
-    pods bound per second of PODS_WAIT_S if some are still pending by then."""
-    claim_template(api, namespace, "one", [request("gpus", GPU_CLASS, count=1)])
+def _plain_pod(api: client.ApiClient, namespace: str, name: str) -> None:
+    """A pod with no claim and no gang: what most of a cluster's pods are (DNS, web, batch)."""
+    spec = {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}], "terminationGracePeriodSeconds": 0}
+    client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
+
+
+def _pods(api: client.ApiClient, namespace: str, count: int, gpus: bool = True) -> dict[str, Any]:
+    """`count` 1-GPU pods (or, without `gpus`, pods with no claim) from WORKERS threads; pods/s from
+    the first create to the last bind, or pods bound per second of PODS_WAIT_S if some are still
+    pending by then."""
+    if gpus:
+        claim_template(api, namespace, "one", [request("gpus", GPU_CLASS, count=1)])
     names = [f"p{index:04d}" for index in range(count)]
+    create = (
+        (lambda name: gpu_pod(api, namespace, name, "one")) if gpus else (lambda name: _plain_pod(api, namespace, name))
+    )
     with Bindings(api, namespace) as bindings, ThreadPoolExecutor(WORKERS) as pool:
         start = time.perf_counter()
-        list(pool.map(lambda name: gpu_pod(api, namespace, name, "one"), names))
+        list(pool.map(create, names))
         created = time.perf_counter() - start  # near `seconds`, the client and not the scheduler set the pace
         bindings.wait(set(names), start + PODS_WAIT_S - time.perf_counter())
         at = bindings.snapshot()[0]
@@ -252,6 +265,7 @@ def _size(
         "busy_gpu_fraction": size.busy_nodes / size.nodes,
         "gangs": {},
         "pods": {},
+        "plain_pods": {},
     }
     with _busy_cluster(api, size) as rack_of:
         yield f"{size.nodes} nodes, {size.busy_nodes} of them busy ({size.busy_nodes / size.nodes:.0%} of the GPUs)"
@@ -261,18 +275,20 @@ def _size(
                     gangs = figures["gangs"][mode] = _gangs(api, namespace, size.gangs, rack_of)
                 with _workload_namespace(api, f"pods-{mode}") as namespace:
                     pods = figures["pods"][mode] = _pods(api, namespace, size.pods)
+                with _workload_namespace(api, f"plain-{mode}") as namespace:
+                    plain = figures["plain_pods"][mode] = _pods(api, namespace, size.pods, gpus=False)
             yield f"  {mode:<7} extender: {_describe_pods(pods)}; {_describe_gangs(gangs)}"
-    ratio = figures["pods"]["with"]["pods_per_s"] / figures["pods"]["without"]["pods_per_s"]
-    figures["pods"]["ratio"] = ratio
-    yield f"  {size.pods} 1-GPU pods: {ratio:.2f} x the scheduler alone"
+            yield f"  {mode:<7} extender: {_describe_pods(plain, 'pods without claims')}"
+    for workload, what in (("pods", "1-GPU pods"), ("plain_pods", "pods without claims (never sent to the extender)")):
+        ratio = figures[workload]["with"]["pods_per_s"] / figures[workload]["without"]["pods_per_s"]
+        figures[workload]["ratio"] = ratio
+        yield f"  {size.pods} {what}: {ratio:.2f} x the scheduler alone"
     return figures
 
 
-def _describe_pods(pods: dict[str, Any]) -> str:
+def _describe_pods(pods: dict[str, Any], what: str = "1-GPU pods") -> str:
     late = "" if pods["bound"] == pods["pods"] else f" (only {pods['bound']} bound in {PODS_WAIT_S:.0f} s)"
-    return (
-        f"{pods['pods']} 1-GPU pods at {pods['pods_per_s']:.1f} pods/s (all created in {pods['created_s']:.1f} s){late}"
-    )
+    return f"{pods['pods']} {what} at {pods['pods_per_s']:.1f} pods/s (all created in {pods['created_s']:.1f} s){late}"
 
 
 def _describe_gangs(gangs: dict[str, Any]) -> str:
