@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from extender.decide import Decider
 from extender.state import ClusterState
 from kube.names import DRIVER_NAME
 from testkit.extender_requests import CLAIMS, MALFORMED, request_body, request_pod
+from testkit.uvicorn_thread import loopback_port, running
 
 
 def _state() -> ClusterState:
@@ -71,20 +71,9 @@ class Client:
 
 @contextlib.contextmanager
 def serving(app: FastAPI) -> Iterator[Client]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
+    port = loopback_port()
+    with running(uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))):
         yield Client(port)
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.fixture

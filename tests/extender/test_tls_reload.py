@@ -11,7 +11,6 @@ import contextlib
 import http.client
 import logging
 import shutil
-import socket
 import ssl
 import threading
 import time
@@ -25,6 +24,7 @@ from fastapi import FastAPI
 from extender import cli
 from extender.tls_reload import ReloadingTls, TlsFileError, TlsFiles, load
 from nativedra.cluster.pki import ExtenderTls, extender_tls, renew_extender_tls
+from testkit.uvicorn_thread import loopback_port, running
 
 CHECK_EVERY_S = 0.05  # the default second, shortened so that a test waits milliseconds
 
@@ -68,9 +68,7 @@ def serving(tls: ExtenderTls) -> Iterator[int]:
     """The extender's HTTPS listener (cli._tls and cli._server) on a small app; yields its port."""
     app = FastAPI()
     app.get("/")(lambda: "ok")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = loopback_port()
     args = argparse.Namespace(
         address="127.0.0.1",
         max_connections=64,
@@ -83,17 +81,8 @@ def serving(tls: ExtenderTls) -> Iterator[int]:
     settings = cli._tls(args)
     assert isinstance(settings, dict)
     reloading = ReloadingTls(_files(tls), check_every_s=CHECK_EVERY_S)
-    server = cli._server(app, args, port, reloading, **settings)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
+    with running(cli._server(app, args, port, reloading, **settings)):
         yield port
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def _until(condition: Callable[[], bool], what: str, seconds: float = 3.0) -> None:
