@@ -26,7 +26,7 @@ def room_counts(gang: Gang, node: Node, usage: Usage, matcher: Matcher) -> tuple
     return tuple(members_fit(node, usage, demand, limit, matcher)[0] for demand in demands)
 
 
-def room_grew(
+def _room_grew(
     gang: Gang,
     node: Node | None,
     before: Usage | None,
@@ -78,7 +78,7 @@ def hold_clock(
         else:
             looked_at = {name: usage.get(name) for name in changed if name in previous.usage}
         freed = any(
-            room_grew(gang, nodes.get(name), previous.usage.get(name), used, matcher, room=room)
+            _room_grew(gang, nodes.get(name), previous.usage.get(name), used, matcher, room=room)
             for name, used in looked_at.items()
         )
         since = now if freed else previous.since
