@@ -1,7 +1,8 @@
 """A component whose port another socket took before it could bind is started again on new ports
-instead of failing the cluster's start: etcd (the control plane's components take their ports as
-flags, so they are picked before the start), and an add-on controller (CI saw JobSet's webhook port
-taken while free ports came from the ephemeral range; another process can still take one)."""
+instead of failing the cluster's start, which returns only once pods are accepted: etcd (the control
+plane's components take their ports as flags, so they are picked before the start), and an add-on
+controller (CI saw JobSet's webhook port taken while free ports came from the ephemeral range;
+another process can still take one)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ def test_a_component_whose_port_was_taken_starts_again_on_new_ports(
     assert len(retried) == 1 and "etcd exited during start-up" in retried[0], caplog.text
     try:
         api = plane.api_client()
+        # A pod created the moment the plane is up is accepted: the start waited for the default
+        # ServiceAccount (before, `cluster up` returned first and such a pod was refused).
+        pod = {"metadata": {"name": "first"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        client.CoreV1Api(api).create_namespaced_pod("default", pod)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
             taken.bind(("127.0.0.1", 0))
             taken.listen()
