@@ -117,21 +117,19 @@ class CurrentPlan:
         found = self._answers(last, view, inputs, now)
         if found is not None:
             return found
-        change = classify(last, view) if last is not None and last.inputs == inputs else None
-        if last is not None and change is not None and change.kind is Kind.SAME and now < last.plan.valid_until:
+        change = None if last is None else classify(last, view)
+        # Another pod asked about (or the gang pods asked about before the watches) changes members.
+        kind = Kind.MEMBERS if last is None or change is None or last.inputs != inputs else change.kind
+        if last is not None and kind is Kind.SAME and now < last.plan.valid_until:
             # Nothing any gang's plan reads changed since it was made (e.g. status updates of pods
             # outside gangs): the same plan answers at this version.
             if view.version >= last.version:
                 self.snapshot = PlanSnapshot(view.version, inputs, last.plan, last.gangs, last.depends, last.made_at)
             return last.plan
-        if last is not None and change is not None and change.kind is not Kind.MEMBERS:
-            # Only usage moved (a GPU freed or taken outside every gang), or nothing did and a hold
-            # has ended: the same gangs, and only the nodes that moved are compared with the memo.
-            gangs, changed = last.gangs, change.nodes if change.kind is Kind.USAGE else frozenset()
-        else:
-            changes = view.changes(last.version) if last is not None else None
-            changed = None if changes is None else frozenset(k[1] for kind, k in changes if kind in ("node", "usage"))
-            gangs = None
+        # Only usage moved (a GPU freed or taken outside every gang), or nothing did and a hold has
+        # ended: the same gangs. Either way only the nodes that moved are compared with the memo.
+        gangs = last.gangs if last is not None and kind is not Kind.MEMBERS else None
+        changed = None if change is None else change.nodes
         scratch = last is None
         # A plan from scratch builds its members, fits and plans in bulk (see extender.gc_control).
         with collector_paused() if scratch else contextlib.nullcontext():

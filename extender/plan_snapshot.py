@@ -63,7 +63,7 @@ class Kind(enum.Enum):
 @dataclass(frozen=True)
 class Change:
     kind: Kind
-    nodes: frozenset[str] | None = None  # USAGE: every node whose model or usage may differ; None: any
+    nodes: frozenset[str] | None = None  # every node whose model or usage may differ; None: any
 
 
 def affinity_matters(view: ClusterView) -> bool:
@@ -73,19 +73,19 @@ def affinity_matters(view: ClusterView) -> bool:
 
 
 def classify(snapshot: PlanSnapshot, view: ClusterView) -> Change:
-    """What changed between the snapshot's view and `view`, for the snapshot's inputs."""
+    """What changed between the snapshot's view and `view`, for the snapshot's inputs, with the nodes
+    whose model or usage may differ (read once from the view's journal; None past its reach)."""
     if view.version == snapshot.version:
-        return Change(Kind.SAME)
+        return Change(Kind.SAME, frozenset())
+    changes = view.changes(snapshot.version)
+    moved = None if changes is None else frozenset(key[1] for kind, key in changes if kind in ("node", "usage"))
     depends = snapshot.depends
     if view.members is None or view.members is not depends.members:
-        return Change(Kind.MEMBERS)
-    changes = view.changes(snapshot.version)
+        return Change(Kind.MEMBERS, moved)
     if (depends.affinity or affinity_matters(view)) and (
         changes is None or any(kind in _AFFINITY_KINDS for kind, _ in changes)
     ):
-        return Change(Kind.MEMBERS)
+        return Change(Kind.MEMBERS, moved)
     if view.nodes is depends.nodes and view.usage is depends.usage:
-        return Change(Kind.SAME)
-    if changes is None:
-        return Change(Kind.USAGE)
-    return Change(Kind.USAGE, frozenset(key[1] for kind, key in changes if kind in ("node", "usage")))
+        return Change(Kind.SAME, frozenset())
+    return Change(Kind.USAGE, moved)

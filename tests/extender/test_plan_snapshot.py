@@ -22,9 +22,9 @@ def _planned(cluster: Cluster) -> PlanSnapshot:
 def test_events_no_plan_reads_leave_it_the_same() -> None:
     cluster = Cluster(31)
     snapshot = _planned(cluster)
-    assert classify(snapshot, cluster.state.view()) == Change(Kind.SAME)
+    assert classify(snapshot, cluster.state.view()) == Change(Kind.SAME, frozenset())
     cluster.touch_claim()
-    assert classify(snapshot, cluster.state.view()) == Change(Kind.SAME)
+    assert classify(snapshot, cluster.state.view()) == Change(Kind.SAME, frozenset())
 
 
 def test_a_gpu_freed_outside_gangs_is_usage_on_that_node_alone() -> None:
@@ -44,7 +44,9 @@ def test_a_new_gang_member_changes_members() -> None:
     cluster = Cluster(33)
     snapshot = _planned(cluster)
     cluster.add_member()
-    assert classify(snapshot, cluster.state.view()).kind is Kind.MEMBERS
+    change = classify(snapshot, cluster.state.view())
+    assert change.kind is Kind.MEMBERS
+    assert change.nodes == frozenset(), "a new member moves no node: the planner compares none with its memo"
 
 
 def test_with_inter_pod_terms_a_freed_gpu_changes_members() -> None:
