@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client
 
 from nativedra.cluster import ControlPlane, components, wait_for
 from nativedra.cluster.controlplane import free_port
-from nativedra.cluster.extender_wiring import marked_now
+from nativedra.cluster.extender_wiring import marked_now, withdraw_marker_policy
 from nativedra.cluster.pki import ExtenderTls
 from nativedra.objects import apply_documents
 
@@ -67,13 +66,5 @@ def second_scheduler(plane: ControlPlane, root: Path, port: int, tls: ExtenderTl
         wait_for(lambda: marked_now(api, NAME), 30, f"the overlay's policy marking {NAME}'s pods")
         yield
     finally:
-        policies = client.AdmissionregistrationV1Api(api)
-        for document in reversed(policy):
-            delete = (
-                policies.delete_mutating_admission_policy_binding
-                if document["kind"].endswith("Binding")
-                else policies.delete_mutating_admission_policy
-            )
-            with contextlib.suppress(client.ApiException):
-                delete(document["metadata"]["name"])
+        withdraw_marker_policy(api, policy[0]["metadata"]["name"])
         plane.supervisor.stop(NAME)

@@ -45,6 +45,14 @@ def marked_now(api: client.ApiClient, scheduler: str = "default-scheduler") -> b
     return EXTENDER_MARKER in limits
 
 
+def withdraw_marker_policy(api: client.ApiClient, name: str) -> None:
+    """Delete a marker policy and its binding (each shipped pair shares one name); gone already is fine."""
+    policies = client.AdmissionregistrationV1Api(api)
+    for delete in (policies.delete_mutating_admission_policy_binding, policies.delete_mutating_admission_policy):
+        with contextlib.suppress(client.ApiException):
+            delete(name)
+
+
 def call_extender(
     plane: ControlPlane, port: int, tls: ExtenderTls | None = None, extra: Mapping[str, Any] | None = None
 ) -> None:
@@ -62,10 +70,6 @@ def stop_calling_extender(plane: ControlPlane, extra: Mapping[str, Any] | None =
     """Restart the scheduler without the extender (with `extra`), once new pods are no longer marked."""
     if marks_pods(plane.binaries.version):
         api = plane.api_client()
-        policies = client.AdmissionregistrationV1Api(api)
-        with contextlib.suppress(client.ApiException):
-            policies.delete_mutating_admission_policy_binding(POLICY_NAME)
-        with contextlib.suppress(client.ApiException):
-            policies.delete_mutating_admission_policy(POLICY_NAME)
+        withdraw_marker_policy(api, POLICY_NAME)
         wait_for(lambda: not marked_now(api), 30, "new pods to be created without the extender marker")
     plane.restart_scheduler(dict(extra or {}))

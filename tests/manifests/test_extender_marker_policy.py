@@ -92,6 +92,7 @@ def test_the_marker_is_added_on_create_and_is_what_its_scheduler_manages_and_ign
     assert f'"{EXTENDER_MARKER}": "1"' in spec["mutations"][0]["applyConfiguration"]["expression"]
     binding = next(d for d in _documents(path) if d["kind"] == "MutatingAdmissionPolicyBinding")
     assert binding["spec"]["policyName"] == _policy(path)["metadata"]["name"]
+    assert binding["metadata"]["name"] == _policy(path)["metadata"]["name"], "withdrawn by one name"
     assert _extender_of(wiring)["managedResources"] == [{"name": EXTENDER_MARKER, "ignoredByScheduler": True}]
 
 
