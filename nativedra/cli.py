@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from dra_driver import cli as plugin_cli
 from dra_driver import probe as plugin_probe
+from extender import cert_renewal_cli
 from extender import cli as extender_cli
 from nativedra import __version__
 from nativedra.cluster import cli as cluster_cli
@@ -18,7 +19,14 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 
 def _registrars() -> list[Registrar]:
-    return [plugin_cli.register, plugin_probe.register, extender_cli.register, cluster_cli.register, demo_cli.register]
+    return [
+        plugin_cli.register,
+        plugin_probe.register,
+        extender_cli.register,
+        cert_renewal_cli.register,
+        cluster_cli.register,
+        demo_cli.register,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
