@@ -144,12 +144,13 @@ def members_fit(node: Node, usage: Usage, demand: Demand, limit: int, matcher: M
     cached = matcher.fits.get(key)
     if cached is not None and cached[0] is node and cached[1] is usage:
         return cached[2], cached[3]
-    count, after = _members_fit(node, usage, demand, limit, matcher)
+    count, after = count_members(node, usage, demand, limit, matcher)
     matcher.fits.put(key, (node, usage, count, after))
     return count, after
 
 
-def _members_fit(node: Node, usage: Usage, demand: Demand, limit: int, matcher: Matcher) -> tuple[int, Usage]:
+def count_members(node: Node, usage: Usage, demand: Demand, limit: int, matcher: Matcher) -> tuple[int, Usage]:
+    """`members_fit` without its cache: for usages made once and dropped (preemption's trials)."""
     if node.allocations is not None:
         limit = min(limit, node.allocations)
     count = 0

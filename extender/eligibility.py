@@ -39,6 +39,13 @@ def _expression_matches(labels: Mapping[str, str], expression: dict[str, Any]) -
     return False
 
 
+def selector_matches(selector: dict[str, Any], labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector: {} selects everything."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expression_matches(labels, e) for e in selector.get("matchExpressions") or [])
+
+
 def eligible(pod_spec: dict[str, Any], node_name: str, labels: dict[str, str]) -> bool:
     """By selector and affinity only: a placed member's nodeName says nothing about its siblings."""
     selector = pod_spec.get("nodeSelector") or {}
@@ -80,9 +87,7 @@ class _Term:
     def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
         if self.selector is None or (self.namespaces is not None and namespace not in self.namespaces):
             return False
-        if any(labels.get(k) != v for k, v in (self.selector.get("matchLabels") or {}).items()):
-            return False
-        return all(_expression_matches(labels, e) for e in self.selector.get("matchExpressions") or [])
+        return selector_matches(self.selector, labels)
 
 
 def _terms(pod: dict[str, Any], kind: str) -> tuple[_Term, ...]:

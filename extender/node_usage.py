@@ -197,6 +197,21 @@ class Usage:
             and _amounts_within(self.counters, other.counters)
         )
 
+    def plus(self, other: Usage) -> Usage:
+        """Both at once: a device in either is in use, amounts add up. A reservation on top of the
+        claims' usage: it names devices its victims may still hold, so those count once."""
+        shared = {d: dict(c) for d, c in self.shared.items()}
+        _add_amounts(shared, other.shared)
+        counters = {s: dict(c) for s, c in self.counters.items()}
+        _add_amounts(counters, other.counters)
+        return Usage(self.devices | other.devices, shared, counters, {**other.groups, **self.groups})
+
+    def minus(self, base: Usage) -> Usage:
+        """What this usage holds beyond `base` (which it contains): what placing pods added."""
+        shared = _subtract_amounts(self.shared, base.shared)
+        counters = _subtract_amounts(self.counters, base.counters)
+        return Usage(self.devices - base.devices, shared, counters)
+
     def copy(self) -> Usage:
         return Usage(
             set(self.devices),
@@ -204,6 +219,25 @@ class Usage:
             {s: dict(c) for s, c in self.counters.items()},
             dict(self.groups),
         )
+
+
+def _add_amounts(into: dict[str, dict[str, Decimal]], more: dict[str, dict[str, Decimal]]) -> None:
+    for key, amounts in more.items():
+        target = into.setdefault(key, {})
+        for name, amount in amounts.items():
+            target[name] = target.get(name, Decimal(0)) + amount
+
+
+def _subtract_amounts(
+    mine: dict[str, dict[str, Decimal]], base: dict[str, dict[str, Decimal]]
+) -> dict[str, dict[str, Decimal]]:
+    left: dict[str, dict[str, Decimal]] = {}
+    for key, amounts in mine.items():
+        for name, amount in amounts.items():
+            extra = amount - base.get(key, {}).get(name, Decimal(0))
+            if extra > 0:
+                left.setdefault(key, {})[name] = extra
+    return left
 
 
 def _amounts_within(mine: dict[str, dict[str, Decimal]], theirs: dict[str, dict[str, Decimal]]) -> bool:

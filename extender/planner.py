@@ -46,7 +46,9 @@ class _BudgetSpentError(Exception):
     """A gang's planning went past its budget."""
 
 
-def _domains(nodes: dict[str, Node], level: str | None, gang: Gang, part: Part | None = None) -> dict[str, list[str]]:
+def gang_domains(
+    nodes: dict[str, Node], level: str | None, gang: Gang, part: Part | None = None
+) -> dict[str, list[str]]:
     """Domain value -> nodes the gang (or one part) may use there; members already placed decide
     the domain."""
     usable = {name: node for name, node in nodes.items() if gang.may_use(node, part)}
@@ -237,7 +239,7 @@ def _place_exclusive(
     mine = owner(gang, part.key)
     free = {
         domain: names
-        for domain, names in _domains(nodes, level, gang, part).items()
+        for domain, names in gang_domains(nodes, level, gang, part).items()
         if domain not in used and not _held_by_another(names, taken, mine)
     }
     fits = [
@@ -319,7 +321,7 @@ def _place_together(
     demand = gang.demand(first)
     best_seen: tuple[int, str] = (0, "")
     for level in _levels(gang.ref, levels):
-        domains = _domains(nodes, level, gang)
+        domains = gang_domains(nodes, level, gang)
         fits = [
             _fit_domain(domain, names, nodes, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
             for domain, names in domains.items()

@@ -1,0 +1,393 @@
+"""A preemption decision from one cluster view: which waiting pod or gang may preempt, which
+lower-priority pods to evict for it, and which devices to keep for it while they end. Pure: the
+view in, a decision out (extender.preemptor does the I/O).
+
+Kubernetes 1.37 never preempts for devices (the DRA filter's failure is unresolvable), so this
+stands in for DefaultPreemption where devices are what is missing. A pod preempts on one node; a
+gang in one domain of its required level (anywhere without one), whole or not at all, with
+exclusive parts (a JobSet's Jobs) each in a domain of its own. Victims are evicted whole: a running
+gang costs all its placed members. Pods already being deleted count as gone, so nothing more is
+evicted while they end, and devices kept for other preemptors stay theirs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.capacity import Matcher, count_members
+from extender.demand import Demand
+from extender.eligibility import eligible, selector_matches
+from extender.lag import pod_key, timestamp
+from extender.node_usage import Node, Usage, usage_from
+from extender.plan_model import Gang
+from extender.planner import gang_domains
+from extender.victims import Cost, Unit, cheapest
+from extender.view import ClusterView
+
+Key = tuple[str, str]
+Slots = dict[str, int]  # node -> members placed there
+
+
+def name_of(key: Key) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+def priority_of(pod: dict[str, Any]) -> int:
+    return int((pod.get("spec") or {}).get("priority") or 0)
+
+
+def may_preempt(pod: dict[str, Any]) -> bool:
+    return (pod.get("spec") or {}).get("preemptionPolicy") != "Never"
+
+
+def unschedulable(pod: dict[str, Any]) -> bool:
+    """The scheduler has tried the pod and found no node (its PodScheduled condition says so)."""
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def terminating(pod: dict[str, Any]) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def finished(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Preemptor:
+    """A pod, or the members of a gang still to place, waiting for devices."""
+
+    key: str  # namespace/name of a pod, or the gang's key
+    what: str  # how events name it: "pod team/a", "gang team/jobset:train"
+    priority: int
+    demand: Demand
+    need: int
+    regions: Mapping[str, tuple[str, ...]]  # where it may go whole: a node each for a pod, a domain each for a gang
+    level: str | None = None  # the topology level of the regions (None: single nodes, or anywhere)
+    parts: tuple[tuple[int, str], ...] = ()  # exclusive parts: (members, level), each in a domain of its own
+    own: frozenset[str] = frozenset()  # its pods, never its victims
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """Devices kept for a preemptor on one node: how many members go there and what they take."""
+
+    slots: int
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Decision:
+    preemptor: Preemptor
+    victims: tuple[Unit, ...]
+    cost: Cost
+    region: str
+    reserved: dict[str, Reserved]
+    exact: bool
+
+
+@dataclass(frozen=True)
+class NoHelp:
+    preemptor: Preemptor
+    reason: str
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A PodDisruptionBudget as preemption counts it."""
+
+    key: str
+    namespace: str
+    selector: dict[str, Any]
+    allowed: int
+
+    @classmethod
+    def from_api(cls, pdb: dict[str, Any]) -> Budget:
+        metadata = pdb["metadata"]
+        selector = (pdb.get("spec") or {}).get("selector")
+        return cls(
+            f"{metadata['namespace']}/{metadata['name']}",
+            metadata["namespace"],
+            selector if selector is not None else {"matchLabels": {"\0never": "\0"}},  # a nil selector: no pod
+            int((pdb.get("status") or {}).get("disruptionsAllowed") or 0),
+        )
+
+    def covers(self, pod: dict[str, Any]) -> bool:
+        metadata = pod["metadata"]
+        return metadata["namespace"] == self.namespace and selector_matches(self.selector, metadata.get("labels") or {})
+
+
+@dataclass
+class Occupancy:
+    """Who holds which devices on which node, as preemption reads it from one view."""
+
+    view: ClusterView
+    driver: str
+    kept: Mapping[str, Usage]  # node -> devices kept for other preemptors
+    claims_on: dict[str, dict[Key, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
+    users: dict[Key, frozenset[str]] = field(default_factory=dict)  # claim -> pods it is reserved for
+    placed: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # pod -> nodes of its claims
+    gone: frozenset[str] = frozenset()  # pods being deleted or finished: their devices count as free
+    _usage: dict[tuple[str, frozenset[Key]], Usage] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, view: ClusterView, driver: str, kept: Mapping[str, Usage]) -> Occupancy:
+        occupancy = cls(view, driver, kept)
+        for key, claim in view.claims.items():
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            pools = {
+                r.get("pool", "")
+                for r in allocation.get("devices", {}).get("results") or []
+                if r.get("driver") == driver
+            }
+            users = frozenset(
+                f"{key[0]}/{c.get('name')}"
+                for c in (claim.get("status") or {}).get("reservedFor") or []
+                if c.get("resource") == "pods"
+            )
+            occupancy.users[key] = users
+            for pool in pools & view.nodes.keys():
+                occupancy.claims_on[pool][key] = claim
+                for user in users:
+                    occupancy.placed[user].add(pool)
+        occupancy.gone = frozenset(name_of(key) for key, pod in view.pods.items() if terminating(pod) or finished(pod))
+        return occupancy
+
+    def usage(self, node: str, evicted: frozenset[str]) -> Usage:
+        """The node's usage once `evicted` and every pod being deleted are gone, with what is kept
+        for other preemptors. A claim stays in use while any pod it is reserved for stays."""
+        away = evicted | self.gone
+        claims = self.claims_on.get(node, {})
+        staying = frozenset(k for k in claims if not self.users[k] or not self.users[k] <= away)
+        cache_key = (node, staying)
+        usage = self._usage.get(cache_key)
+        if usage is None:
+            model = self.view.nodes[node]
+            usage = usage_from([claims[k] for k in staying], {node: model}, self.driver)[node]
+            if node in self.kept:
+                usage = usage.plus(self.kept[node])
+            self._usage[cache_key] = usage
+        return usage
+
+
+def budgets_of(pdbs: Iterable[dict[str, Any]]) -> list[Budget]:
+    return [Budget.from_api(pdb) for pdb in pdbs]
+
+
+def victim_units(
+    occupancy: Occupancy, preemptor: Preemptor, budgets: Sequence[Budget], blocked: frozenset[str] = frozenset()
+) -> list[Unit]:
+    """The running pods of lower priority holding our devices, a gang's placed members as one unit.
+    A gang with any member at or above the preemptor's priority is no victim (not half of it)."""
+    view = occupancy.view
+    by_gang: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    singles: list[dict[str, Any]] = []
+    members = view.members or {}
+    for key, pod in view.pods.items():
+        name = name_of(key)
+        if name not in occupancy.placed or name in occupancy.gone or name in preemptor.own:
+            continue
+        entry = members.get(key)
+        if entry is not None and entry.ref is not None and entry.member is not None:
+            by_gang[entry.ref.key].append(pod)
+        else:
+            singles.append(pod)
+    groups = [(name_of(pod_key(pod)), [pod]) for pod in singles] + sorted(by_gang.items())
+    units = []
+    for unit_key, pods in groups:
+        names = tuple(sorted(name_of(pod_key(pod)) for pod in pods))
+        priorities = tuple(priority_of(pod) for pod in pods)
+        if max(priorities) >= preemptor.priority or blocked & set(names):
+            continue
+        covered: dict[str, int] = defaultdict(int)
+        for pod in pods:
+            for budget in budgets:
+                if budget.covers(pod):
+                    covered[budget.key] += 1
+        started = min(_started(pod) for pod in pods)
+        units.append(Unit(unit_key, names, priorities, started, tuple(sorted(covered.items()))))
+    return units
+
+
+def _started(pod: dict[str, Any]) -> float:
+    status = pod.get("status") or {}
+    return timestamp(status.get("startTime") or pod["metadata"].get("creationTimestamp"))
+
+
+class _RegionFit:
+    """Whether the preemptor fits in one region once some units are evicted, and where."""
+
+    def __init__(
+        self,
+        occupancy: Occupancy,
+        preemptor: Preemptor,
+        nodes: tuple[str, ...],
+        units: Sequence[Unit],
+        matcher: Matcher,
+    ) -> None:
+        self.occupancy = occupancy
+        self.preemptor = preemptor
+        self.nodes = nodes
+        self.units = units
+        self.matcher = matcher
+
+    def evicted(self, chosen: frozenset[int]) -> frozenset[str]:
+        return frozenset(pod for i in chosen for pod in self.units[i].pods)
+
+    def counts(self, chosen: frozenset[int]) -> dict[str, int]:
+        evicted = self.evicted(chosen)
+        view, need = self.occupancy.view, self.preemptor.need
+        counts = {}
+        for name in self.nodes:
+            fits, _ = count_members(
+                view.nodes[name], self.occupancy.usage(name, evicted), self.preemptor.demand, need, self.matcher
+            )
+            if fits:
+                counts[name] = fits
+        return counts
+
+    def __call__(self, chosen: frozenset[int]) -> Slots | None:
+        counts = self.counts(chosen)
+        if self.preemptor.parts:
+            return _parts_slots(self.preemptor.parts, counts, self.occupancy.view.nodes)
+        return _slots(counts, self.preemptor.need)
+
+    def room(self, chosen: frozenset[int]) -> int:
+        return min(self.preemptor.need, sum(self.counts(chosen).values()))
+
+
+def _slots(counts: Mapping[str, int], need: int) -> Slots | None:
+    """Members onto the tightest nodes first (so roomier nodes stay whole), or None."""
+    if sum(counts.values()) < need:
+        return None
+    slots: Slots = {}
+    left = need
+    for name, fits in sorted(counts.items(), key=lambda item: (item[1], item[0])):
+        if left == 0:
+            break
+        slots[name] = min(fits, left)
+        left -= slots[name]
+    return slots
+
+
+def _parts_slots(
+    parts: Sequence[tuple[int, str]], counts: Mapping[str, int], nodes: Mapping[str, Node]
+) -> Slots | None:
+    """Each exclusive part in a domain of its own, the largest part first into the tightest domain
+    that holds it."""
+    domains: dict[str, dict[str, int]] = defaultdict(dict)
+    for level in {level for _, level in parts}:
+        for name, fits in counts.items():
+            value = nodes[name].labels.get(level)
+            if value is not None:
+                domains[f"{level}={value}"][name] = fits
+    used: set[str] = set()
+    slots: Slots = {}
+    for size, level in sorted(parts, key=lambda part: -part[0]):
+        options = sorted(
+            (sum(room.values()), domain)
+            for domain, room in domains.items()
+            if domain.startswith(f"{level}=") and domain not in used and sum(room.values()) >= size
+        )
+        if not options:
+            return None
+        domain = options[0][1]
+        used.add(domain)
+        for name, members in (_slots(domains[domain], size) or {}).items():
+            slots[name] = slots.get(name, 0) + members
+    return slots
+
+
+def decide(
+    occupancy: Occupancy,
+    preemptor: Preemptor,
+    budgets: Sequence[Budget],
+    matcher: Matcher,
+    blocked: frozenset[str] = frozenset(),
+) -> Decision | NoHelp:
+    """The cheapest region and victims for the preemptor, or why evicting would not help."""
+    units = victim_units(occupancy, preemptor, budgets, blocked)
+    allowed = {budget.key: budget.allowed for budget in budgets}
+    best: Decision | None = None
+    most_room = 0
+    for region, nodes in sorted(preemptor.regions.items()):
+        mine = _freeing(units, occupancy, nodes)
+        region_units = [units[i] for i in mine]
+        fit = _RegionFit(occupancy, preemptor, nodes, region_units, matcher)
+        choice = cheapest(region_units, allowed, fit)
+        if choice is None:
+            most_room = max(most_room, fit.room(frozenset(range(len(region_units)))))
+            continue
+        if best is None or choice.cost < best.cost:
+            victims = tuple(region_units[i] for i in sorted(choice.chosen))
+            reserved = _reserve(occupancy, preemptor, fit.evicted(choice.chosen), choice.placement, matcher)
+            best = Decision(preemptor, victims, choice.cost, region, reserved, choice.exact)
+    if best is not None:
+        return best
+    return NoHelp(preemptor, _why_not(preemptor, most_room))
+
+
+def _freeing(units: Sequence[Unit], occupancy: Occupancy, nodes: tuple[str, ...]) -> list[int]:
+    """Units holding devices on one of `nodes`: the others free nothing there."""
+    region = set(nodes)
+    return [i for i, unit in enumerate(units) if any(occupancy.placed[pod] & region for pod in unit.pods)]
+
+
+def _reserve(
+    occupancy: Occupancy, preemptor: Preemptor, evicted: frozenset[str], slots: Slots, matcher: Matcher
+) -> dict[str, Reserved]:
+    """What the preemptor's members take on each node once the victims are gone."""
+    reserved = {}
+    for name, members in sorted(slots.items()):
+        before = occupancy.usage(name, evicted)
+        fits, after = count_members(occupancy.view.nodes[name], before, preemptor.demand, members, matcher)
+        reserved[name] = Reserved(fits, after.minus(before))
+    return reserved
+
+
+def _why_not(preemptor: Preemptor, room: int) -> str:
+    per_member = f"{preemptor.demand.devices} device(s)"
+    if preemptor.parts:
+        levels = " / ".join(sorted({level for _, level in preemptor.parts}))
+        where = f"with each exclusive part in a {levels} of its own"
+    elif preemptor.level:
+        where = f"in one {preemptor.level}"
+    elif len(preemptor.regions) > 1 or preemptor.need == 1:
+        where = "on one node"
+    else:
+        where = "in the cluster"
+    return (
+        f"{preemptor.what} needs {preemptor.need} x {per_member} {where}; even evicting every lower-priority pod "
+        f"leaves room for {room}"
+    )
+
+
+def pod_preemptor(pod: dict[str, Any], demand: Demand, view: ClusterView) -> Preemptor:
+    """A pod outside gangs: each eligible node with our devices is a region of its own."""
+    spec = pod.get("spec") or {}
+    name = name_of(pod_key(pod))
+    regions = {
+        node.name: (node.name,)
+        for node in view.nodes.values()
+        if node.devices and eligible(spec, node.name, node.labels)
+    }
+    return Preemptor(name, f"pod {name}", priority_of(pod), demand, 1, regions, own=frozenset({name}))
+
+
+def gang_preemptor(gang: Gang, view: ClusterView, priority: int) -> Preemptor:
+    """A gang's members still to place, in one domain of its required level (its placed members'
+    domain once it has some), or anywhere; exclusive parts each in a domain of their own (while
+    none is placed: a placed part has its domain already)."""
+    ref = gang.ref
+    exclusive = () if gang.placed else tuple((p.size, p.exclusive) for p in gang.parts if p.exclusive)
+    level = None if exclusive else ref.required_topology
+    regions = {domain: tuple(names) for domain, names in gang_domains(view.nodes, level, gang).items()}
+    own = frozenset(m.pod for m in gang.members)
+    what = f"gang {ref.key}"
+    return Preemptor(ref.key, what, priority, gang.demand(), gang.remaining, regions, level, exclusive, own)

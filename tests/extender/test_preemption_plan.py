@@ -1,0 +1,266 @@
+"""Preemption decisions on small clusters of real node models (the plugin's own slices), fed to a
+real ClusterState: victims chosen as brute force over every set of lower-priority pods would choose
+them, gangs whole or not at all, and nothing evicted where nothing would help."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from typing import Any
+
+import pytest
+
+from extender.capacity import Matcher
+from extender.cel_eval import Selectors
+from extender.config import ExtenderConfig
+from extender.current_plan import CurrentPlan
+from extender.demand import demand_of
+from extender.preemption_plan import (
+    Budget,
+    Decision,
+    NoHelp,
+    Occupancy,
+    Preemptor,
+    decide,
+    gang_preemptor,
+    pod_preemptor,
+    victim_units,
+)
+from extender.state import ClusterState
+from extender.victims import cost_of
+from extender.view import ClusterView
+from testkit import builders
+from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod, gang_labels
+
+NS = "ns"
+GPUS = [f"gpu-{index}" for index in range(8)]
+
+
+class Cluster:
+    def __init__(self, nodes: dict[str, dict[str, str]]) -> None:
+        self.node_objects, self.slices = builders.node_objects(nodes)
+        self.templates = {n: claim_template(f"t{n}", n, namespace=NS) for n in (1, 2, 4, 8)}
+        self.pods: list[dict[str, Any]] = []
+        self.claims: list[dict[str, Any]] = []
+        self.free = {name: list(GPUS) for name in nodes}
+
+    def run(
+        self, name: str, node: str, gpus: int, priority: int, *, labels: dict[str, str] | None = None, started: int = 0
+    ) -> None:
+        member, claim = claimed_pod(name, self.templates[gpus], NS, labels=labels)
+        taken, self.free[node] = self.free[node][:gpus], self.free[node][gpus:]
+        member["spec"]["nodeName"] = node
+        member["spec"]["priority"] = priority
+        member["status"]["phase"] = "Running"
+        member["status"]["startTime"] = f"2026-11-29T00:{started:02d}:00Z"
+        claim["status"] = builders.allocated_claim(claim["metadata"]["name"], node, taken, NS, reserved_for=name)[
+            "status"
+        ]
+        self.pods.append(member)
+        self.claims.append(claim)
+
+    def wait(self, name: str, gpus: int, priority: int, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        member, claim = claimed_pod(name, self.templates[gpus], NS, labels=labels)
+        member["spec"]["priority"] = priority
+        self.pods.append(member)
+        self.claims.append(claim)
+        return member
+
+    def view(self, pdbs: list[dict[str, Any]] | None = None) -> ClusterView:
+        state = ClusterState(DRIVER)
+        objects = {
+            "nodes": self.node_objects,
+            "resourceslices": self.slices,
+            "pods": self.pods,
+            "resourceclaims": self.claims,
+            "resourceclaimtemplates": list(self.templates.values()),
+            "deviceclasses": [GPU_CLASS],
+            "podgroups": [],
+            "jobsets": [],
+        }
+        for kind, items in objects.items():
+            state.replace(kind, json.loads(json.dumps(items)))
+        return state.view()
+
+
+MATCHER = Matcher(Selectors(), DRIVER)
+
+
+def _single(view: ClusterView, pod: dict[str, Any]) -> Preemptor:
+    demand = demand_of(pod, view.claims, view.templates, view.classes, DRIVER)
+    return pod_preemptor(pod, demand, view)
+
+
+def _gang(view: ClusterView, key: str, priority: int) -> Preemptor:
+    gangs = CurrentPlan(ExtenderConfig(), MATCHER).gangs(view)
+    return gang_preemptor(next(g for g in gangs if g.ref.key == key), view, priority)
+
+
+def _brute_force_single(view: ClusterView, preemptor: Preemptor) -> Any:
+    """The least cost over every node and every set of lower-priority pods on it."""
+    occupancy = Occupancy.of(view, DRIVER, {})
+    units = victim_units(occupancy, preemptor, [])
+    best = None
+    for node in view.nodes:
+        here = [i for i, u in enumerate(units) if all(occupancy.placed[p] == {node} for p in u.pods)]
+        used = len(view.usage[node].devices)
+        for size in range(1, len(here) + 1):
+            for chosen in itertools.combinations(here, size):
+                freed = sum(len(view.usage[node].devices & _devices(view, units[i].pods)) for i in chosen)
+                if 8 - used + freed >= preemptor.demand.devices:
+                    cost = cost_of(units, frozenset(chosen), {})
+                    best = cost if best is None else min(best, cost)
+    return best
+
+
+def _devices(view: ClusterView, pods: tuple[str, ...]) -> set[str]:
+    devices = set()
+    for claim in view.claims.values():
+        reserved = {f"{NS}/{c['name']}" for c in (claim.get("status") or {}).get("reservedFor") or []}
+        if reserved & set(pods):
+            devices |= {r["device"] for r in claim["status"]["allocation"]["devices"]["results"]}
+    return devices
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_pods_victims_cost_what_brute_force_finds_least(seed: int) -> None:
+    rng = random.Random(seed)
+    cluster = Cluster({"a": {}, "b": {}})
+    for node in ("a", "b"):
+        index = 0
+        while cluster.free[node]:
+            gpus = rng.choice([g for g in (1, 2, 4) if g <= len(cluster.free[node])])
+            cluster.run(f"{node}{index}", node, gpus, rng.choice((0, 5, 10, 100)), started=rng.randint(0, 59))
+            index += 1
+    waiting = cluster.wait("high", rng.choice((1, 2, 4, 8)), 50)
+    view = cluster.view()
+    preemptor = _single(view, waiting)
+    decision = decide(Occupancy.of(view, DRIVER, {}), preemptor, [], MATCHER)
+    best = _brute_force_single(view, preemptor)
+    if best is None:
+        assert isinstance(decision, NoHelp)
+        return
+    assert isinstance(decision, Decision)
+    assert decision.cost == best
+    assert all(max(v.priorities) < 50 for v in decision.victims)
+    assert sum(r.slots for r in decision.reserved.values()) == 1
+
+
+def test_an_eight_gpu_pod_evicts_exactly_the_eight_lowest_one_gpu_pods_on_one_node() -> None:
+    cluster = Cluster({"a": {}, "b": {}})
+    for index in range(8):
+        cluster.run(f"a{index}", "a", 1, 0)
+        cluster.run(f"b{index}", "b", 1, 10)
+    view = cluster.view()
+    decision = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("big", 8, 100)), [], MATCHER)
+    assert isinstance(decision, Decision)
+    assert sorted(v.key for v in decision.victims) == [f"{NS}/a{i}" for i in range(8)]
+    assert list(decision.reserved) == ["a"] and len(decision.reserved["a"].usage.devices) == 8
+
+
+def test_equal_or_higher_priority_is_never_a_victim() -> None:
+    cluster = Cluster({"a": {}})
+    for index in range(8):
+        cluster.run(f"a{index}", "a", 1, 100 if index < 4 else 0)
+    view = cluster.view()
+    decision = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("big", 8, 100)), [], MATCHER)
+    assert isinstance(decision, NoHelp)
+    assert "leaves room for 0" in decision.reason
+
+
+def test_a_pod_being_deleted_counts_as_gone() -> None:
+    cluster = Cluster({"a": {}})
+    for index in range(8):
+        cluster.run(f"a{index}", "a", 1, 0)
+    for pod in cluster.pods[:6]:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-29T01:00:00Z"
+    view = cluster.view()
+    decision = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("big", 8, 100)), [], MATCHER)
+    assert isinstance(decision, Decision)
+    assert len(decision.victims) == 2  # the six ending are not evicted again
+
+
+def test_devices_kept_for_another_preemptor_are_not_counted_free() -> None:
+    cluster = Cluster({"a": {}, "b": {}})
+    for index in range(8):
+        cluster.run(f"a{index}", "a", 1, 0)
+        cluster.run(f"b{index}", "b", 1, 0)
+    view = cluster.view()
+    first = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("one", 8, 100)), [], MATCHER)
+    assert isinstance(first, Decision)
+    kept = {node: r.usage for node, r in first.reserved.items()}
+    evicted = {p for v in first.victims for p in v.pods}
+    for pod in cluster.pods:
+        if f"{NS}/{pod['metadata']['name']}" in evicted:
+            pod["metadata"]["deletionTimestamp"] = "2026-11-29T01:00:00Z"
+    view = cluster.view()
+    second = decide(Occupancy.of(view, DRIVER, kept), _single(view, cluster.wait("two", 8, 100)), [], MATCHER)
+    assert isinstance(second, Decision)
+    assert set(second.reserved) != set(first.reserved)
+    assert {p for v in second.victims for p in v.pods}.isdisjoint(evicted)
+
+
+def test_a_budget_that_allows_no_disruption_steers_the_choice_to_the_other_node() -> None:
+    cluster = Cluster({"a": {}, "b": {}})
+    for index in range(8):
+        cluster.run(f"a{index}", "a", 1, 0, labels={"app": "guarded"})
+        cluster.run(f"b{index}", "b", 1, 10)
+    view = cluster.view()
+    pdb = {
+        "metadata": {"name": "guard", "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": "guarded"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    budgets = [Budget.from_api(pdb)]
+    decision = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("big", 8, 100)), budgets, MATCHER)
+    assert isinstance(decision, Decision)
+    assert decision.cost.violations == 0
+    assert list(decision.reserved) == ["b"]
+
+
+def test_a_running_gang_chosen_as_victim_is_evicted_whole() -> None:
+    """A 2-pod gang runs on nodes a and b (4 GPUs each); evicting it frees a, and costs both pods."""
+    cluster = Cluster({"a": {}, "b": {}})
+    labels = gang_labels("low", 2)
+    cluster.run("low-0", "a", 4, 0, labels=labels)
+    cluster.run("low-1", "b", 4, 0, labels=labels)
+    for index in range(4):
+        cluster.run(f"a{index}", "a", 1, 5)
+        cluster.run(f"b{index}", "b", 1, 90)
+    view = cluster.view()
+    decision = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("big", 8, 100)), [], MATCHER)
+    assert isinstance(decision, Decision)
+    gang = next(v for v in decision.victims if v.key.endswith("gang:low"))
+    assert gang.pods == (f"{NS}/low-0", f"{NS}/low-1")
+    assert list(decision.reserved) == ["a"]
+
+
+def test_a_gang_preempts_whole_in_one_rack_or_not_at_all() -> None:
+    nodes = {f"r{rack}-{i}": {"rack": f"r{rack}"} for rack in (1, 2) for i in range(2)}
+    cluster = Cluster(nodes)
+    for node in nodes:
+        for index in range(8):
+            cluster.run(f"{node}-{index}", node, 1, 0 if node.startswith("r1") else 10)
+    labels = gang_labels("train", 2, "rack")
+    for member in range(2):
+        cluster.wait(f"train-{member}", 8, 100, labels=labels)
+    view = cluster.view()
+    decision = decide(Occupancy.of(view, DRIVER, {}), _gang(view, f"{NS}/gang:train", 100), [], MATCHER)
+    assert isinstance(decision, Decision)
+    assert decision.region == "r1" and len(decision.victims) == 16
+    assert {r.slots for r in decision.reserved.values()} == {1} and sorted(decision.reserved) == ["r1-0", "r1-1"]
+
+    big = Cluster(nodes)
+    for node in nodes:
+        for index in range(8):
+            big.run(f"{node}-{index}", node, 1, 0)
+    for member in range(3):
+        big.wait(f"train-{member}", 8, 100, labels=gang_labels("train", 3, "rack"))
+    view = big.view()
+    refused = decide(Occupancy.of(view, DRIVER, {}), _gang(view, f"{NS}/gang:train", 100), [], MATCHER)
+    assert isinstance(refused, NoHelp)
+    assert refused.reason == (
+        f"gang {NS}/gang:train needs 3 x 8 device(s) in one rack; even evicting every lower-priority pod "
+        "leaves room for 2"
+    )
