@@ -19,6 +19,7 @@ from urllib3.exceptions import HTTPError
 
 from extender.metrics import CERTIFICATE_EXPIRY
 from extender.tls_reload import LoadedTls, TlsFiles
+from kube.events import pod_event
 from kube.names import DRIVER_NAME
 
 log = logging.getLogger(__name__)
@@ -79,25 +80,9 @@ def pod_from_env(environ: Mapping[str, str] = os.environ) -> PodRef | None:
 
 
 def pod_warning(pod: PodRef, message: str, now: dt.datetime) -> dict[str, Any]:
-    """A core/v1 Warning Event on `pod`, as the plugin posts its own. The uid is what lets
-    `kubectl describe pod` find it."""
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace}
-    if pod.uid:
-        involved["uid"] = pod.uid
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
-        "involvedObject": involved,
-        "type": "Warning",
-        "reason": REASON,
-        "message": message,
-        "source": {"component": COMPONENT},
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    """A core/v1 Warning Event on the extender's own Pod."""
+    metadata = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+    return pod_event({"metadata": metadata}, "Warning", REASON, message, component=COMPONENT, now=now)
 
 
 def api_warning_poster(api: client.ApiClient, pod: PodRef, clock: Clock = utc_now) -> WarningPoster:

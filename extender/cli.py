@@ -33,7 +33,9 @@ from extender.cert_expiry import ExpiryWatch, api_warning_poster, pod_from_env
 from extender.config import ConfigError, load_config
 from extender.decide import Decider
 from extender.health import Watchdog
-from extender.informer import run_informer
+from extender.informer import DEFAULT_NAMESPACE, run_informer
+from extender.leader import LeaderLease
+from extender.preemptor import LEADER_LEASE, Preemption, identity
 from extender.state import ClusterState
 from extender.tls_reload import ReloadingTls, TlsFileError, TlsFiles
 from kube.client import api_client
@@ -135,10 +137,21 @@ def _run(args: argparse.Namespace) -> int:
         print(f"nativedra extender: {error}", file=sys.stderr)
         return 2
     for kind in ClusterState.KINDS:
-        threading.Thread(target=run_informer, args=(api, state, kind, stop), name=f"watch-{kind}", daemon=True).start()
+        threading.Thread(
+            target=run_informer,
+            args=(api, state, kind, stop),
+            kwargs={"namespace": args.namespace},
+            name=f"watch-{kind}",
+            daemon=True,
+        ).start()
     limits = RequestLimits(planning_workers=args.planning_workers, stuck_after_seconds=args.stuck_request_seconds)
     watchdog = Watchdog(limits.stuck_after_seconds)
-    servers = [_server(create_app(state, Decider(config), limits, watchdog), args, args.port, reloading, **tls)]
+    decider = Decider(config)
+    if config.preemption:
+        leader = LeaderLease(api, args.namespace, LEADER_LEASE, identity())
+        preemption = Preemption(api, state, decider, args.namespace, leader)
+        threading.Thread(target=preemption.run, args=(stop,), name="preemption", daemon=True).start()
+    servers = [_server(create_app(state, decider, limits, watchdog), args, args.port, reloading, **tls)]
     if args.probe_port:
         servers.append(_server(create_probe_app(state, watchdog), args, args.probe_port))
 
@@ -212,6 +225,12 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="serve plain HTTP without client authentication (loopback-only local setups)",
     )
     add_flag(extender, "--probe-port", type=int, help="plain-HTTP port for /healthz, /readyz, /metrics only")
+    add_flag(
+        extender,
+        "--namespace",
+        default=os.environ.get("NATIVEDRA_POD_NAMESPACE") or DEFAULT_NAMESPACE,
+        help="the extender's own namespace: its preemption Leases live there (default: its Pod's namespace)",
+    )
     add_flag(extender, "--max-connections", type=int, default=64, help="connections beyond this get 503")
     add_flag(extender, "--planning-workers", type=int, default=4, help="threads that plan gangs and claims")
     add_flag(

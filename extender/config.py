@@ -68,6 +68,10 @@ class ExtenderConfig(BaseModel):
     # The scheduler profile's percentageOfNodesToScore (0: its adaptive default): tells when the
     # nodes a filter call offers are every node the scheduler found room on, not a sample.
     percentage_of_nodes_to_score: Annotated[int, Field(ge=0, le=100)] = 0
+    # Preemption for devices (Kubernetes never preempts for DRA claims): off, nothing is evicted.
+    preemption: bool = True
+    # How long devices freed by preemption are kept for the preemptor before they are let go.
+    preemption_hold_seconds: Annotated[int, Field(ge=10)] = 300
 
     @field_validator("topology_levels")
     @classmethod

@@ -18,6 +18,8 @@ from extender.lru import LruCache
 from extender.membership import node_of
 from extender.node_usage import Node, Usage
 from extender.planner import ClusterPlan
+from extender.preemption_plan import name_of
+from extender.reservation import Reservation
 from extender.scoring import score
 from extender.view import ClusterView
 
@@ -39,6 +41,16 @@ def _held_nodes(
         node = view.nodes.get(name)
         if holders and node is not None and name in asked and place(node, cluster.held[name], demand, matcher) is None:
             failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
+    for reservation in view.reservations.values():  # their devices are in the view's usage already
+        for name in reservation.nodes:
+            node = view.nodes.get(name)
+            if name not in asked or name in failed or node is None:
+                continue
+            if place(node, cluster.held.get(name, view.usage[name]), demand, matcher) is None:
+                failed[name] = (
+                    f"the free devices on {name} are kept for {reservation.what} (priority {reservation.priority}), "
+                    "which preempted pods there"
+                )
     return failed
 
 
@@ -77,6 +89,9 @@ class Decider:
         if ref is None and demand.unresolved:
             reason = f"waiting to see {', '.join(demand.unresolved)}"
             return [], dict.fromkeys(names, reason), RETRY
+        reservation = view.reservations.get(ref.key if ref is not None else name_of(pod_key(pod)))
+        if reservation is not None:
+            return self._preempting(view, pod, reservation, names)
         if ref is None:
             return self._held_check(view, demand, names, now)
         cluster = self.plans.plan(view, pod, now)
@@ -107,6 +122,18 @@ class Decider:
             self._in_flight.admit(pod_key(pod), ref.key)
         reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
         return passing, {name: reason for name in names if name not in slots}, "gang"
+
+    def _preempting(
+        self, view: ClusterView, pod: dict[str, Any], reservation: Reservation, names: list[str]
+    ) -> tuple[list[str], dict[str, str], str]:
+        """A preemptor goes where its devices are kept (or, once its claim is allocated, there)."""
+        placed = allocated_node(pod, view.claims, self.config.driver)
+        nodes = {placed} if placed is not None else set(reservation.nodes)
+        reason = (
+            f"devices on {', '.join(sorted(nodes))} are being freed for {reservation.what}: "
+            f"{len(reservation.victims)} pod(s) of lower priority preempted"
+        )
+        return [n for n in names if n in nodes], {n: reason for n in names if n not in nodes}, "preempting"
 
     def _is_placed(self, view: ClusterView, key: tuple[str, str]) -> bool:
         return key in view.pods and node_of(view.pods[key], view.claims, self.config.driver) is not None

@@ -12,6 +12,7 @@ on the thread that holds the GIL while requests wait.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -22,6 +23,7 @@ from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
 from extender.gc_control import collector_paused
+from extender.reservation import LABEL as PREEMPTION_LABEL
 from extender.state import NATIVE_KINDS, ClusterState
 from kube.resources import (
     COSCHEDULING_POD_GROUPS,
@@ -62,6 +64,8 @@ ABSENT_MEANS = {
         "GenericWorkload feature gate and scheduling.k8s.io/v1beta1 in --runtime-config)"
     ),
     "nativepodgroups-v1alpha2": "Kubernetes 1.36's native PodGroups are not read (1.37 serves v1beta1 instead)",
+    "poddisruptionbudgets": "preemption counts no PodDisruptionBudget (the Eviction API still enforces them)",
+    "preemptions": "no devices are kept for preemptors (Leases in the extender's namespace)",
 }
 OPTIONAL_KIND_RETRY_S = 5.0  # a JobSet created right after its CRD waits at most this long
 WATCH_SECONDS = 300  # the server ends each watch after this; it is resumed, not re-listed
@@ -69,6 +73,7 @@ WATCH_SECONDS = 300  # the server ends each watch after this; it is resumed, not
 # timeout is a dead connection.
 WATCH_READ_SLACK_S = 60
 GONE = 410
+DEFAULT_NAMESPACE = "nativedra-system"
 
 Lister = Callable[..., Any]
 
@@ -77,13 +82,19 @@ class VersionGoneError(Exception):
     """The server no longer has the resourceVersion the watch asked for: list again."""
 
 
-def _lister(api: client.ApiClient, kind: str) -> Lister:
+def _lister(api: client.ApiClient, kind: str, namespace: str) -> Lister:
     core = client.CoreV1Api(api)
     lister: Lister
     if kind == "nodes":
         lister = core.list_node
     elif kind == "pods":
         lister = core.list_pod_for_all_namespaces
+    elif kind == "poddisruptionbudgets":
+        lister = client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces
+    elif kind == "preemptions":
+        lister = functools.partial(
+            client.CoordinationV1Api(api).list_namespaced_lease, namespace, label_selector=PREEMPTION_LABEL
+        )
     else:
         lister = CUSTOM_RESOURCES[kind].lister(api)
     return lister
@@ -91,9 +102,10 @@ def _lister(api: client.ApiClient, kind: str) -> Lister:
 
 def _say_absent(kind: str, status: int) -> None:
     """Once per absence: which API is missing and what the extender does without it."""
-    resource = CUSTOM_RESOURCES[kind]
+    resource = CUSTOM_RESOURCES.get(kind)
+    what = f"{resource.kind} {resource.api_version}/{resource.plural}" if resource else kind
     why = "not served" if status == 404 else "not readable with the extender's RBAC (403)"
-    log.info("%s %s/%s is %s: %s", resource.kind, resource.api_version, resource.plural, why, ABSENT_MEANS[kind])
+    log.info("%s is %s: %s", what, why, ABSENT_MEANS[kind])
 
 
 def list_kind(lister: Lister, state: ClusterState, kind: str) -> str:
@@ -137,10 +149,17 @@ def watch_kind(
 
 
 def run_informer(
-    api: client.ApiClient, state: ClusterState, kind: str, stop: threading.Event, watch_seconds: int = WATCH_SECONDS
+    api: client.ApiClient,
+    state: ClusterState,
+    kind: str,
+    stop: threading.Event,
+    watch_seconds: int = WATCH_SECONDS,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> None:
-    """List, then watch for as long as the server keeps the version; list again only when it does not."""
-    lister = _lister(api, kind)
+    """List, then watch for as long as the server keeps the version; list again only when it does
+    not. `namespace` is the extender's own, where its preemption Leases live."""
+    lister = _lister(api, kind, namespace)
     while not stop.is_set():
         try:
             version = list_kind(lister, state, kind)

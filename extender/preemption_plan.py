@@ -24,6 +24,7 @@ from extender.lag import pod_key, timestamp
 from extender.node_usage import Node, Usage, usage_from
 from extender.plan_model import Gang
 from extender.planner import gang_domains
+from extender.reservation import Reservation, Reserved, lease_name
 from extender.victims import Cost, Unit, cheapest
 from extender.view import ClusterView
 
@@ -75,14 +76,6 @@ class Preemptor:
 
 
 @dataclass(frozen=True)
-class Reserved:
-    """Devices kept for a preemptor on one node: how many members go there and what they take."""
-
-    slots: int
-    usage: Usage
-
-
-@dataclass(frozen=True)
 class Decision:
     preemptor: Preemptor
     victims: tuple[Unit, ...]
@@ -90,6 +83,23 @@ class Decision:
     region: str
     reserved: dict[str, Reserved]
     exact: bool
+
+    @property
+    def evicted(self) -> tuple[str, ...]:
+        return tuple(sorted(pod for unit in self.victims for pod in unit.pods))
+
+    def reservation(self, now: float, hold_seconds: float) -> Reservation:
+        preemptor = self.preemptor
+        return Reservation(
+            lease_name(preemptor.key),
+            preemptor.key,
+            preemptor.what,
+            preemptor.priority,
+            self.reserved,
+            self.evicted,
+            now,
+            now + hold_seconds,
+        )
 
 
 @dataclass(frozen=True)

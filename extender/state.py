@@ -22,6 +22,7 @@ from extender.gang import JobSetShape, NativeGroup, may_belong_to_gang
 from extender.gc_control import collector_paused, freeze_survivors
 from extender.membership import GangSources, MemberIndex
 from extender.node_usage import Node, Usage, nodes_from, usage_from
+from extender.reservation import Reservation, ReservationError, from_lease
 from extender.view import ClusterView
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,9 @@ class ClusterState:
         "resourceclaimtemplates",
         "deviceclasses",
     )
-    OPTIONAL_KINDS = ("podgroups", "jobsets", *NATIVE_KINDS)
+    # PodDisruptionBudgets and the preemption Leases (in the extender's namespace) only matter to
+    # preemption: without them it counts no budget, and keeps no devices.
+    OPTIONAL_KINDS = ("podgroups", "jobsets", *NATIVE_KINDS, "poddisruptionbudgets", "preemptions")
     KINDS = REQUIRED_KINDS + OPTIONAL_KINDS
 
     def __init__(self, driver: str) -> None:
@@ -82,6 +85,8 @@ class ClusterState:
         # inter-pod (anti-)affinity: readers look at these, not at every pod.
         self._members = MemberIndex()
         self._affinity_pods: set[Key] = set()
+        # Devices kept for preemptors (extender.reservation), by Lease; added to their nodes' usage.
+        self._reservations: dict[Key, Reservation] = {}
         # What the last view handed out, replaced (never changed) when something changed since.
         self._snapshots: dict[str, dict[Key, dict[str, Any]]] = {}
         self._nodes_view: dict[str, Node] = {}
@@ -233,6 +238,8 @@ class ClusterState:
             else:
                 self._slices_by_node[node].pop(key, None)
             self._dirty_nodes.add(node)
+        elif kind == "preemptions":
+            self._reservation_touched(key, obj, stored)
         elif kind == "resourceclaims":
             for pool in self._pools(obj):
                 if stored:
@@ -240,6 +247,28 @@ class ClusterState:
                 else:
                     self._claims_by_node[pool].discard(key)
                 self._dirty_usage.add(pool)
+
+    def _reservation_touched(self, key: Key, lease: dict[str, Any], stored: bool) -> None:
+        old = self._reservations.pop(key, None)
+        if old is not None:
+            self._dirty_usage.update(old.nodes)
+        if not stored:
+            return
+        try:
+            reservation = from_lease(lease)
+        except ReservationError as error:
+            log.error("ignoring a preemption Lease: %s", error)
+            return
+        self._reservations[key] = reservation
+        self._dirty_usage.update(reservation.nodes)
+
+    def _kept(self, node: str, usage: Usage) -> Usage:
+        """`usage` with the devices kept on `node` for preemptors."""
+        for reservation in self._reservations.values():
+            reserved = reservation.nodes.get(node)
+            if reserved is not None:
+                usage = usage.plus(reserved.usage)
+        return usage
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -284,7 +313,7 @@ class ClusterState:
                 for k in self._claims_by_node[name]
                 if k in self.objects["resourceclaims"]
             ]
-            rebuilt = usage_from(claims, {name: self._nodes[name]}, self.driver)[name]
+            rebuilt = self._kept(name, usage_from(claims, {name: self._nodes[name]}, self.driver)[name])
             if self._usage.get(name) != rebuilt:  # an update that changes nothing keeps the object
                 self._usage[name] = usage[name] = rebuilt
         self._dirty_usage.clear()
@@ -346,6 +375,8 @@ class ClusterState:
                 native_groups=native_groups,
                 members=members,
                 affinity_pods=frozenset(self._affinity_pods),
+                reservations={r.preemptor: r for r in self._reservations.values()},
+                budgets=self._snapshot("poddisruptionbudgets"),
                 unjournaled_version=self._unjournaled_version,
                 changes=lambda since: self.changes(since, version),
             )

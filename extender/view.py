@@ -13,6 +13,7 @@ from typing import Any
 from extender.gang import JobSetShape, NativeGroup
 from extender.node_usage import Node, Usage
 from extender.plan_model import Entry
+from extender.reservation import Reservation
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class ClusterView:
     # with inter-pod (anti-)affinity terms; None: not indexed, readers work out every pod.
     members: Mapping[tuple[str, str], Entry] | None = None
     affinity_pods: frozenset[tuple[str, str]] | None = None
+    # Devices kept for preemptors, by preemptor (a pod's namespace/name or a gang's key), and the
+    # PodDisruptionBudgets preemption counts; both empty where not watched.
+    reservations: Mapping[str, Reservation] = field(default_factory=dict)
+    budgets: Mapping[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # Bumped by every change to a kind the journal below does not name (classes, JobSets, PodGroups,
     # a whole kind re-listed): equal numbers mean only journaled kinds changed in between.
     unjournaled_version: int = 0

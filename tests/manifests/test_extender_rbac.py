@@ -1,6 +1,7 @@
 """The extender's ClusterRole lets it list and watch every kind its ClusterState watches (an
 optional kind without the rule is silently treated as absent, native PodGroups for one), and no more;
-its only write is creating events in its own namespace, on the Pod the downward API names."""
+its only cluster-wide writes are evictions and events (preemption's), and in its own namespace it
+writes Leases alone (the preemption leader and the devices kept for preemptors)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from extender.informer import CUSTOM_RESOURCES
 from extender.state import ClusterState
 
 REPO = Path(__file__).resolve().parents[2]
-BUILT_IN = {"pods": "", "nodes": ""}  # kinds listed through the typed core API
+BUILT_IN = {"pods": "", "nodes": "", "poddisruptionbudgets": "policy"}  # kinds listed through typed APIs
+NAMESPACED = {"preemptions"}  # Leases in the extender's own namespace (the Role's)
 
 
 @functools.cache
@@ -39,6 +41,7 @@ def _extender_rules() -> list[dict[str, Any]]:
 
 
 def test_every_watched_kind_can_be_listed_and_watched_and_nothing_else() -> None:
+    assert set(ClusterState.KINDS) == set(CUSTOM_RESOURCES) | set(BUILT_IN) | NAMESPACED
     custom = [CUSTOM_RESOURCES[kind] for kind in ClusterState.KINDS if kind in CUSTOM_RESOURCES]
     watched = {(resource.group, resource.plural) for resource in custom}
     watched |= {(group, plural) for plural, group in BUILT_IN.items()}
@@ -53,11 +56,21 @@ def test_every_watched_kind_can_be_listed_and_watched_and_nothing_else() -> None
     assert granted - watched == set(), "list/watch granted on kinds the extender does not watch"
 
 
-def test_the_extender_may_only_create_events_and_only_in_its_namespace() -> None:
-    assert not [rule for rule in _extender_rules() if set(rule["verbs"]) - {"list", "watch"}], "no cluster-wide write"
+def test_the_extender_writes_only_evictions_and_events_cluster_wide_and_leases_in_its_namespace() -> None:
+    writes = [rule for rule in _extender_rules() if set(rule["verbs"]) - {"list", "watch"}]
+    assert writes == [
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    ]
     role, binding = _extender("Role"), _extender("RoleBinding")
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "nativedra-system"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+        }
+    ]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nativedra-extender"}
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "nativedra-extender", "namespace": "nativedra-system"}

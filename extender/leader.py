@@ -1,0 +1,102 @@
+"""One replica at a time does what must not happen twice (evicting pods), as client-go's leader
+election arranges it: a Lease names the holder, who renews it; another replica takes it over only
+after seeing it unchanged for a whole lease duration, timed on its own clock (never compared with
+another machine's), and every write carries the resourceVersion read, so two writers never both win.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+log = logging.getLogger(__name__)
+API_TIMEOUT_S = 5.0
+CONFLICT, NOT_FOUND = 409, 404
+
+
+def _micro(now: dt.datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderLease:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        duration_s: int = 15,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.leases = client.CoordinationV1Api(api)
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.duration_s = duration_s
+        self.clock = clock
+        self._seen: tuple[str, str] | None = None  # (holder, resourceVersion) last read
+        self._seen_at = 0.0  # when it last changed, on our clock
+        self._held_until = 0.0  # our clock: we hold it until then without asking
+
+    def holding(self) -> bool:
+        """Whether this replica leads now: renews (or takes) the Lease when due."""
+        now = self.clock()
+        if now < self._held_until - self.duration_s / 3:
+            return True  # renewed recently: a third of the duration is left in hand
+        try:
+            return self._try(now)
+        except client.ApiException as error:
+            log.warning("leader Lease %s/%s: %s %s", self.namespace, self.name, error.status, error.reason)
+        except Exception as error:  # noqa: BLE001 - a dropped connection: not leading until it answers
+            log.warning("leader Lease %s/%s: %s", self.namespace, self.name, error)
+        self._held_until = 0.0
+        return False
+
+    def _try(self, now: float) -> bool:
+        try:
+            lease = self.leases.read_namespaced_lease(self.name, self.namespace, _request_timeout=API_TIMEOUT_S)
+        except client.ApiException as error:
+            if error.status != NOT_FOUND:
+                raise
+            return self._write(None, now)
+        holder = lease.spec.holder_identity or "" if lease.spec else ""
+        seen = (holder, lease.metadata.resource_version)
+        if seen != self._seen:
+            self._seen, self._seen_at = seen, now
+        if holder and holder != self.identity and now - self._seen_at < self.duration_s:
+            self._held_until = 0.0
+            return False
+        return self._write(lease, now)
+
+    def _write(self, lease: Any, now: float) -> bool:
+        stamp = _micro(dt.datetime.now(dt.UTC))
+        taking = lease is None or (lease.spec.holder_identity if lease.spec else None) != self.identity
+        spec: dict[str, Any] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.duration_s,
+            "renewTime": stamp,
+        }
+        body: dict[str, Any] = {"metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
+        try:
+            if lease is None:
+                spec.update(acquireTime=stamp, leaseTransitions=0)
+                self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=API_TIMEOUT_S)
+            else:
+                body["metadata"]["resourceVersion"] = lease.metadata.resource_version
+                if taking:
+                    spec.update(acquireTime=stamp, leaseTransitions=(lease.spec.lease_transitions or 0) + 1)
+                self.leases.patch_namespaced_lease(self.name, self.namespace, body, _request_timeout=API_TIMEOUT_S)
+        except client.ApiException as error:
+            if error.status == CONFLICT:
+                return False  # another replica wrote first
+            raise
+        if taking:
+            log.info("leading preemption now (Lease %s/%s)", self.namespace, self.name)
+        self._held_until = now + self.duration_s
+        return True

@@ -1,0 +1,291 @@
+"""Preemption's I/O: the leading replica finds pods and gangs waiting for devices that lower-priority
+pods hold, records the decision (extender.reservation), evicts the victims through the Eviction
+API, and says so in events and metrics. The decision itself is extender.preemption_plan's.
+
+The Lease is written before the first eviction, so a replica that takes over mid-preemption finds
+it and evicts what is left, never more: pods already being deleted count as gone. A
+PodDisruptionBudget that refuses an eviction (429) withdraws the decision; the next one leaves that
+pod out for a while. The Lease goes once its preemptor is placed, gone, or has waited past the hold.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kubernetes import client
+
+from extender.decide import Decider
+from extender.demand import allocated_node
+from extender.lag import created_at
+from extender.lag import pod_key as _pod_key
+from extender.leader import LeaderLease
+from extender.metrics import EVICTIONS, PREEMPTION_DECISIONS, PREEMPTION_SECONDS
+from extender.node_usage import Usage
+from extender.plan_model import Gang
+from extender.preemption_plan import (
+    Budget,
+    Decision,
+    NoHelp,
+    Occupancy,
+    Preemptor,
+    gang_preemptor,
+    may_preempt,
+    name_of,
+    pod_preemptor,
+    priority_of,
+    terminating,
+    unschedulable,
+)
+from extender.preemption_plan import decide as decide_preemption
+from extender.reservation import Reservation, lease_body
+from extender.state import ClusterState
+from extender.view import ClusterView
+from kube.events import pod_event
+from kube.names import DRIVER_NAME
+
+log = logging.getLogger(__name__)
+COMPONENT = f"{DRIVER_NAME}/extender"
+LEADER_LEASE = "nativedra-extender-preemption"
+STEP_EVERY_S = 1.0
+BLOCKED_FOR_S = 60.0  # a pod whose budget refused its eviction is left out of decisions this long
+REPEAT_AFTER_S = 600.0  # the same "would not help" is told to a pod again after this long
+API_TIMEOUT_S = 10.0
+TOO_MANY_REQUESTS, NOT_FOUND, CONFLICT = 429, 404, 409
+Key = tuple[str, str]
+
+
+def identity() -> str:
+    return os.environ.get("NATIVEDRA_POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _key(name: str) -> Key:
+    namespace, _, pod = name.partition("/")
+    return namespace, pod
+
+
+def kept_usage(reservations: Iterable[Reservation]) -> dict[str, Usage]:
+    kept: dict[str, Usage] = {}
+    for reservation in reservations:
+        for node, reserved in reservation.nodes.items():
+            kept[node] = kept[node].plus(reserved.usage) if node in kept else reserved.usage
+    return kept
+
+
+class Preemption:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        state: ClusterState,
+        decider: Decider,
+        namespace: str,
+        leader: LeaderLease,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.leases = client.CoordinationV1Api(api)
+        self.state = state
+        self.decider = decider
+        self.namespace = namespace
+        self.leader = leader
+        self.clock = clock
+        self.hold_seconds = decider.config.preemption_hold_seconds
+        self._blocked: dict[str, float] = {}  # pod -> until (clock) it is left out
+        self._told: dict[tuple[str, str], float] = {}  # (preemptor, message) -> when told
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(STEP_EVERY_S):
+            if not self.leader.holding():
+                continue
+            try:
+                self.step()
+            except Exception:
+                log.exception("preemption step failed; trying again")
+
+    def step(self) -> None:
+        view = self.state.view()
+        now = self.clock()
+        gangs = {gang.ref.key: gang for gang in self.decider.plans.gangs(view)}
+        for reservation in list(view.reservations.values()):
+            self._tend(view, gangs, reservation, now)
+        blocked = frozenset(pod for pod, until in self._blocked.items() if until > now)
+        budgets = [Budget.from_api(pdb) for pdb in view.budgets.values()]
+        occupancy = Occupancy.of(view, self.decider.config.driver, kept_usage(view.reservations.values()))
+        for preemptor, pods in self._waiting(view, gangs, now):
+            decision = decide_preemption(occupancy, preemptor, budgets, self.decider.matcher, blocked)
+            if isinstance(decision, NoHelp):
+                self._not_helpful(decision, pods, now)
+                continue
+            self._start(view, decision, pods, now)
+            return  # one at a time: the next step plans with its Lease in the view
+
+    # -- who waits -----------------------------------------------------------------------------
+
+    def _waiting(
+        self, view: ClusterView, gangs: dict[str, Gang], now: float
+    ) -> list[tuple[Preemptor, list[dict[str, Any]]]]:
+        """Pods and gangs the scheduler found no node for, that may preempt and hold no devices
+        kept for them yet: the highest priority first, then the oldest."""
+        found: list[tuple[int, float, Preemptor, list[dict[str, Any]]]] = []
+        driver = self.decider.config.driver
+        for key, pod in view.pods.items():
+            if not self._may_wait(view, pod) or self.decider.gang(view, pod) is not None:
+                continue
+            if name_of(key) in view.reservations or allocated_node(pod, view.claims, driver) is not None:
+                continue
+            demand = self.decider.demand(view, pod)
+            if demand.requests and not demand.unresolved:
+                created = created_at(pod)
+                found.append((priority_of(pod), created, pod_preemptor(pod, demand, view), [pod]))
+        plans = self.decider.plans.plan(view, None, now).plans if gangs else {}
+        for gang_key, gang in gangs.items():
+            plan = plans.get(gang_key)
+            if gang_key in view.reservations or plan is None or plan.feasible or plan.transient or not gang.remaining:
+                continue
+            pods = [view.pods[_key(m.pod)] for m in gang.members if _key(m.pod) in view.pods]
+            waiting = [pod for pod in pods if not (pod.get("spec") or {}).get("nodeName")]
+            if not waiting or not any(unschedulable(pod) for pod in waiting):
+                continue
+            if not all(may_preempt(pod) and not terminating(pod) for pod in pods):
+                continue
+            priority = min(priority_of(pod) for pod in pods)
+            found.append((priority, min(created_at(p) for p in pods), gang_preemptor(gang, view, priority), waiting))
+        found.sort(key=lambda item: (-item[0], item[1], item[2].key))
+        return [(preemptor, pods) for _, _, preemptor, pods in found]
+
+    @staticmethod
+    def _may_wait(view: ClusterView, pod: dict[str, Any]) -> bool:
+        spec = pod.get("spec") or {}
+        return not spec.get("nodeName") and not terminating(pod) and may_preempt(pod) and unschedulable(pod)
+
+    # -- a decision ------------------------------------------------------------------------------
+
+    def _start(self, view: ClusterView, decision: Decision, pods: list[dict[str, Any]], now: float) -> None:
+        reservation = decision.reservation(now, self.hold_seconds)
+        try:
+            self.leases.create_namespaced_lease(
+                self.namespace, lease_body(reservation, self.leader.identity), _request_timeout=API_TIMEOUT_S
+            )
+        except client.ApiException as error:
+            if error.status == CONFLICT:
+                return  # decided already (another replica, or this one before a restart)
+            raise
+        PREEMPTION_DECISIONS.labels("evicting").inc()
+        nodes = ", ".join(sorted(decision.reserved))
+        victims = decision.evicted
+        shown = ", ".join(victims[:10]) + (f" and {len(victims) - 10} more" if len(victims) > 10 else "")
+        what = decision.preemptor.what
+        message = f"preempting {len(victims)} pod(s) of lower priority on {nodes} for {what}: {shown}"
+        log.info("%s", message)
+        for pod in pods:
+            self._event(pod, "Normal", "Preempting", message)
+        self._evict(view, reservation, covered_first=self._covered(view, decision))
+
+    @staticmethod
+    def _covered(view: ClusterView, decision: Decision) -> list[str]:
+        """The victims, those a budget covers first: if one is refused, nothing else was evicted."""
+        covered = {pod for unit in decision.victims if unit.budgets for pod in unit.pods}
+        return sorted(decision.evicted, key=lambda pod: (pod not in covered, pod))
+
+    def _evict(self, view: ClusterView, reservation: Reservation, covered_first: list[str]) -> None:
+        for name in covered_first:
+            pod = view.pods.get(_key(name))
+            if pod is None or terminating(pod):
+                continue  # gone or going: counted as free already
+            metadata = pod["metadata"]
+            body = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": metadata["name"], "namespace": metadata["namespace"]},
+                "deleteOptions": {"preconditions": {"uid": metadata.get("uid")}},
+            }
+            try:
+                self.core.create_namespaced_pod_eviction(
+                    metadata["name"], metadata["namespace"], body, _request_timeout=API_TIMEOUT_S
+                )
+            except client.ApiException as error:
+                if error.status in (NOT_FOUND, CONFLICT):  # gone, or replaced by a pod of the same name
+                    EVICTIONS.labels("gone").inc()
+                    continue
+                if error.status == TOO_MANY_REQUESTS:
+                    EVICTIONS.labels("blocked").inc()
+                    self._blocked[name] = self.clock() + BLOCKED_FOR_S
+                    log.info("eviction of %s refused by its PodDisruptionBudget: deciding again without it", name)
+                    self._withdraw(reservation)
+                    return
+                raise
+            EVICTIONS.labels("evicted").inc()
+            nodes = ", ".join(sorted(set(reservation.nodes)))
+            self._event(
+                pod,
+                "Normal",
+                "Preempted",
+                f"Preempted by {reservation.what} (priority {reservation.priority}) to free devices on {nodes}",
+            )
+
+    def _withdraw(self, reservation: Reservation) -> None:
+        try:
+            self.leases.delete_namespaced_lease(reservation.lease, self.namespace, _request_timeout=API_TIMEOUT_S)
+        except client.ApiException as error:
+            if error.status != NOT_FOUND:
+                raise
+
+    def _not_helpful(self, decision: NoHelp, pods: list[dict[str, Any]], now: float) -> None:
+        told = (decision.preemptor.key, decision.reason)
+        if now - self._told.get(told, -REPEAT_AFTER_S) < REPEAT_AFTER_S:
+            return
+        self._told[told] = now
+        if len(self._told) > 4 * len(self.state.objects["pods"]) + 64:  # bounded by the cluster
+            self._told = {told: now}
+        PREEMPTION_DECISIONS.labels("not_helpful").inc()
+        for pod in pods:
+            self._event(pod, "Normal", "PreemptionNotHelpful", decision.reason)
+
+    # -- a decision under way ----------------------------------------------------------------------
+
+    def _tend(self, view: ClusterView, gangs: dict[str, Gang], reservation: Reservation, now: float) -> None:
+        """Let a preemption go once its preemptor is placed, gone or past the hold; else evict what
+        a replica that led before could not (it may have stopped between two evictions)."""
+        pods = self._preemptor_pods(view, gangs, reservation)
+        driver = self.decider.config.driver
+        placed = [
+            pod for pod in pods if (pod.get("spec") or {}).get("nodeName") or allocated_node(pod, view.claims, driver)
+        ]
+        gang = gangs.get(reservation.preemptor)
+        done = not pods or (gang.remaining == 0 if gang is not None else len(placed) == len(pods))
+        if done:
+            if pods:
+                PREEMPTION_SECONDS.observe(max(0.0, now - reservation.created))
+                log.info("%s placed %.1f s after preempting", reservation.what, now - reservation.created)
+            self._withdraw(reservation)
+        elif now >= reservation.expires:
+            message = (
+                f"devices freed by preemption were kept {self.hold_seconds} s for {reservation.what}, "
+                "which was not placed meanwhile: they are let go"
+            )
+            log.info("%s", message)
+            for pod in pods:
+                self._event(pod, "Warning", "PreemptionExpired", message)
+            self._withdraw(reservation)
+        else:
+            self._evict(view, reservation, list(reservation.victims))
+
+    @staticmethod
+    def _preemptor_pods(view: ClusterView, gangs: dict[str, Gang], reservation: Reservation) -> list[dict[str, Any]]:
+        gang = gangs.get(reservation.preemptor)
+        names = [m.pod for m in gang.members] if gang is not None else [reservation.preemptor]
+        return [view.pods[_key(name)] for name in names if _key(name) in view.pods]
+
+    def _event(self, pod: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        body = pod_event(pod, kind, reason, message, component=COMPONENT, now=dt.datetime.now(dt.UTC))
+        try:
+            self.core.create_namespaced_event(pod["metadata"]["namespace"], body, _request_timeout=API_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - an event lost is not worth a failed preemption
+            log.warning("could not post %s event on pod %s: %s", reason, name_of(_pod_key(pod)), error)
