@@ -76,11 +76,25 @@ def _point_data_at(directory: Path, version: Path) -> None:
 
 
 def _behind_data(directory: Path) -> None:
-    """Make each file of the pair a link through `..data`, showing readers the content they see now."""
-    if (directory / DATA).is_symlink() and all((directory / name).is_symlink() for name in PAIR):
+    """Make each file of the pair a link through `..data`, showing readers the content they see now
+    (nothing to do where neither file exists yet)."""
+    if (directory / DATA).is_symlink() and all(_linked(directory, name) for name in PAIR):
+        return
+    if not any((directory / name).exists() for name in PAIR):
         return
     _point_data_at(directory, _new_version(directory, {name: (directory / name).read_bytes() for name in PAIR}))
+    _link_through_data(directory)
+
+
+def _linked(directory: Path, name: str) -> bool:
+    path = directory / name
+    return path.is_symlink() and path.readlink() == Path(DATA) / name
+
+
+def _link_through_data(directory: Path) -> None:
     for name in PAIR:
+        if _linked(directory, name):
+            continue
         link = directory / f".{name}.link_tmp"
         link.unlink(missing_ok=True)
         link.symlink_to(Path(DATA) / name)
@@ -93,6 +107,7 @@ def publish_pair(directory: Path, cert_pem: bytes, key_pem: bytes) -> None:
     _behind_data(directory)
     version = _new_version(directory, {CERT: cert_pem, KEY: key_pem})
     _point_data_at(directory, version)
+    _link_through_data(directory)  # a first pair, in a directory that had none
     for stale in directory.glob(f"{VERSION_PREFIX}*"):
         if stale.name != version.name and stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 
 from extender import cert_renewal_files
 from extender.cert_renewal import Ca, Policy, RenewalError, load_ca, renew
-from extender.cert_renewal_files import CERT, DATA, KEY, VERSION_PREFIX, renew_client_dir
+from extender.cert_renewal_files import CERT, DATA, KEY, VERSION_PREFIX, publish_pair, renew_client_dir
 from nativedra.cluster.pki import ExtenderTls, extender_tls
 
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -160,3 +160,25 @@ def test_a_reader_resolving_data_never_sees_a_mismatched_pair(tls: ExtenderTls, 
         reader.join()
     assert seen[0] > 0 and bad == []
     shutil.rmtree(by_hand)
+
+
+def test_a_first_pair_and_links_of_the_admins_own_are_put_behind_data(tls: ExtenderTls, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    publish_pair(empty, tls.client_cert.read_bytes(), tls.client_key.read_bytes())
+    assert (empty / CERT).read_bytes() == tls.client_cert.read_bytes()
+    assert {_link(empty / name) for name in (CERT, KEY)} == {f"{DATA}/{CERT}", f"{DATA}/{KEY}"}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "client.pem").write_bytes(tls.client_cert.read_bytes())
+    (elsewhere / "client-key.pem").write_bytes(tls.client_key.read_bytes())
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / CERT).symlink_to(elsewhere / "client.pem")
+    (linked / KEY).symlink_to(elsewhere / "client-key.pem")
+    assert renew_client_dir(linked, _ca(tls), Policy(NOW, renew_before=dt.timedelta(days=1000))).renewed
+    assert _link(linked / CERT) == f"{DATA}/{CERT}"
+    assert (linked / CERT).read_bytes() != tls.client_cert.read_bytes()
+    assert (elsewhere / "client.pem").read_bytes() == tls.client_cert.read_bytes(), (
+        "the admin's files stay as they were"
+    )
