@@ -103,10 +103,12 @@ def gpu_pod(
     annotations: dict[str, str] | None = None,
     pod_group: str | None = None,
     scheduler: str | None = None,
+    priority_class: str | None = None,
 ) -> None:
     """A pod whose one container uses one claim generated from `template`; with `pod_group`, a
     member of that native PodGroup (spec.schedulingGroup, immutable once created); with
-    `scheduler`, placed by that scheduler instead of the default one."""
+    `scheduler`, placed by that scheduler instead of the default one; with `priority_class`, of
+    that PriorityClass."""
     spec: dict[str, Any] = {
         "containers": [
             {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
@@ -116,6 +118,8 @@ def gpu_pod(
     }
     if scheduler:
         spec["schedulerName"] = scheduler
+    if priority_class:
+        spec["priorityClassName"] = priority_class
     selector = dict(node_selector or {})
     if node:
         selector["kubernetes.io/hostname"] = node

@@ -53,6 +53,9 @@ class ExtenderCluster:
     log: Path
     process: subprocess.Popen[bytes] | None = None
     nodes: list[str] = field(default_factory=list)
+    # The extender's own namespace (its preemption Leases), one per harness so tests sharing a
+    # plane never see each other's; "" leaves the extender's default.
+    namespace: str = ""
 
     def start_extender(self) -> None:
         tls_flags = [
@@ -60,6 +63,7 @@ class ExtenderCluster:
             f"--tls-key-file={self.tls.serving_key}",
             f"--client-ca-file={self.tls.ca_cert}",
             f"--probe-port={self.probe_port}",
+            *([f"--namespace={self.namespace}"] if self.namespace else []),
         ]
         with self.log.open("ab") as log:
             offset = log.tell()
@@ -159,8 +163,12 @@ def _extender_plane(
     config_file.write_text(yaml.safe_dump(extender_config))
     api = config.new_client_from_config(config_file=str(plane.kubeconfig))
 
+    namespace = f"nativedra-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+
     def extender(name: str) -> ExtenderCluster:
-        return ExtenderCluster(plane, api, 0, free_port(), tls, config_file, root / f"{name}.log")
+        log = root / f"{name}.log"
+        return ExtenderCluster(plane, api, 0, free_port(), tls, config_file, log, namespace=namespace)
 
     def call(port: int) -> None:
         call_extender(plane, port, tls)
@@ -173,6 +181,8 @@ def _extender_plane(
             plane.stop()
         else:
             stop_calling_extender(plane, restore)
+            with contextlib.suppress(client.ApiException):
+                client.CoreV1Api(api).delete_namespace(namespace)
 
 
 @contextlib.contextmanager
@@ -254,6 +264,7 @@ def gang_pods(
     selector: dict[str, str] | None = None,
     members: range | None = None,
     scheduler: str | None = None,
+    priority_class: str | None = None,
 ) -> list[str]:
     """Pods of one gang, each asking for `gpus` whole GPUs; returns their names."""
     template = f"{gang}-gpus"
@@ -272,6 +283,7 @@ def gang_pods(
             labels=labels,
             annotations=annotations,
             scheduler=scheduler,
+            priority_class=priority_class,
         )
         names.append(name)
     return names

@@ -1,0 +1,200 @@
+"""Priority preemption for DRA pods and gangs, against the real kube-scheduler (v1.37.2, default
+gates), which never preempts for devices: the extender picks the victims, evicts them through the
+Eviction API and keeps the freed devices for the preemptor. Nodes of 8 A100s published with the
+plugin's builder; pods of real PriorityClasses."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from kube.names import GPU_CLASS
+from nativedra.cluster import ControlPlane, wait_for
+from nativedra.objects import claim_template, gpu_pod, request
+from testkit.extender_harness import (
+    ExtenderCluster,
+    bound,
+    extender_cluster,
+    fresh_namespace,
+    gang_pods,
+    wait_judged_unschedulable,
+)
+
+pytestmark = pytest.mark.timeout(600)
+LOW, MID, HIGH, NEVER = 100, 500, 1000, 1000
+BOUND_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def classes(control_plane: ControlPlane) -> Iterator[dict[str, str]]:
+    """PriorityClasses low < mid < high, and high that never preempts; unique names per run."""
+    api = control_plane.api_client()
+    scheduling = client.SchedulingV1Api(api)
+    suffix = uuid.uuid4().hex[:6]
+    names = {}
+    for label, value, policy in (
+        ("low", LOW, None),
+        ("mid", MID, None),
+        ("high", HIGH, None),
+        ("never", NEVER, "Never"),
+    ):
+        name = f"nd-{label}-{suffix}"
+        body = {"metadata": {"name": name}, "value": value, **({"preemptionPolicy": policy} if policy else {})}
+        scheduling.create_priority_class(body)
+        names[label] = name
+    yield names
+    for name in names.values():
+        scheduling.delete_priority_class(name)
+
+
+@pytest.fixture(scope="module")
+def extender(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExtenderCluster]:
+    root = Path(tmp_path_factory.mktemp("preemption"))
+    config = {"topologyLevels": ["rack", "kubernetes.io/hostname"], "preemptionHoldSeconds": 120}
+    with extender_cluster(root, config, shared=control_plane) as harness:
+        yield harness
+
+
+@pytest.fixture
+def env(extender: ExtenderCluster) -> Iterator[tuple[ExtenderCluster, str]]:
+    with fresh_namespace(extender.api, "preempt") as namespace:
+        for count in (1, 8):
+            claim_template(extender.api, namespace, f"gpus-{count}", [request("gpus", GPU_CLASS, count=count)])
+        try:
+            yield extender, namespace
+        finally:
+            extender.remove_nodes()
+
+
+def _fill(harness: ExtenderCluster, namespace: str, nodes: list[str], priority_class: str, prefix: str) -> list[str]:
+    """Eight 1-GPU pods on each node, bound (each pinned to its node, as a busy cluster leaves them)."""
+    names = []
+    for node in nodes:
+        for index in range(8):
+            name = f"{prefix}-{node[-6:]}-{index}"
+            gpu_pod(harness.api, namespace, name, "gpus-1", node=node, priority_class=priority_class)
+            names.append(name)
+    wait_for(lambda: len(bound(harness.api, namespace, names)) == len(names), 90, f"{len(names)} pods bound")
+    return names
+
+
+def _gone(harness: ExtenderCluster, namespace: str, names: list[str]) -> list[str]:
+    pods = client.CoreV1Api(harness.api).list_namespaced_pod(namespace).items
+    present = {p.metadata.name for p in pods if p.metadata.deletion_timestamp is None}
+    return sorted(set(names) - present)
+
+
+def _events(harness: ExtenderCluster, namespace: str, reason: str) -> list[client.CoreV1Event]:
+    events = client.CoreV1Api(harness.api).list_namespaced_event(namespace, field_selector=f"reason={reason}")
+    return list(events.items)
+
+
+def test_an_eight_gpu_pod_preempts_exactly_eight_low_pods_on_one_node(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    harness, namespace = env
+    nodes = harness.add_gpu_nodes(2)
+    low = _fill(harness, namespace, nodes, classes["low"], "low")
+    # Low pods waiting beside it: the devices freed for the preemptor must not go to them.
+    waiting = [f"late-{index}" for index in range(4)]
+    for name in waiting:
+        gpu_pod(harness.api, namespace, name, "gpus-1", priority_class=classes["low"])
+    wait_judged_unschedulable(harness.api, namespace, waiting)
+    started = time.monotonic()
+    gpu_pod(harness.api, namespace, "big", "gpus-8", priority_class=classes["high"])
+    node = wait_for(lambda: bound(harness.api, namespace, ["big"]).get("big"), BOUND_S, "the 8-GPU pod bound")
+    took = time.monotonic() - started
+    evicted = _gone(harness, namespace, low)
+    assert len(evicted) == 8, evicted
+    assert {name.rsplit("-", 1)[0] for name in evicted} == {f"low-{node[-6:]}"}, "all from the preemptor's node"
+    assert bound(harness.api, namespace, waiting) == {}, "the freed GPUs went to the preemptor alone"
+    preempted = _events(harness, namespace, "Preempted")
+    assert sorted(e.involved_object.name for e in preempted) == evicted
+    assert all(f"(priority {HIGH})" in e.message and f"pod {namespace}/big" in e.message for e in preempted)
+    (told,) = _events(harness, namespace, "Preempting")
+    assert told.involved_object.name == "big" and "preempting 8 pod(s) of lower priority" in told.message
+    print(f"\n8-GPU pod bound {took:.1f} s after creation, 8 of 16 low pods evicted")
+
+
+def test_a_two_by_eight_gang_preempts_at_most_sixteen_and_is_placed_whole(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    harness, namespace = env
+    nodes = harness.add_gpu_nodes(4)
+    low = _fill(harness, namespace, nodes, classes["low"], "low")
+    started = time.monotonic()
+    members = gang_pods(harness.api, namespace, "train", 2, 8, priority_class=classes["high"])
+    wait_for(lambda: len(bound(harness.api, namespace, members)) == 2, BOUND_S, "the gang bound whole")
+    took = time.monotonic() - started
+    evicted = _gone(harness, namespace, low)
+    assert len(evicted) == 16, evicted
+    print(f"\n2 x 8 gang bound {took:.1f} s after creation, {len(evicted)} of 32 low pods evicted")
+
+
+def test_a_gang_that_cannot_be_made_whole_evicts_nothing(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    harness, namespace = env
+    nodes = harness.add_gpu_nodes(4)
+    low = _fill(harness, namespace, nodes, classes["low"], "low")
+    members = gang_pods(harness.api, namespace, "huge", 5, 8, priority_class=classes["high"])
+    key = f"{namespace}/gang:huge"
+    told = wait_for(lambda: _events(harness, namespace, "PreemptionNotHelpful"), 60, "why preemption would not help")
+    assert told[0].message == (
+        f"gang {key} needs 5 x 8 device(s) in the cluster; even evicting every lower-priority pod leaves room for 4"
+    )
+    time.sleep(3)
+    assert _gone(harness, namespace, low) == []
+    assert bound(harness.api, namespace, members) == {}
+
+
+def test_a_disruption_budget_steers_preemption_to_other_pods(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    harness, namespace = env
+    guarded_node, open_node = harness.add_gpu_nodes(2)
+    guarded = []
+    for index in range(8):
+        name = f"guarded-{index}"
+        gpu_pod(
+            harness.api,
+            namespace,
+            name,
+            "gpus-1",
+            node=guarded_node,
+            labels={"app": "guarded"},
+            priority_class=classes["low"],
+        )
+        guarded.append(name)
+    budget = {
+        "metadata": {"name": "guard"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    client.PolicyV1Api(harness.api).create_namespaced_pod_disruption_budget(namespace, budget)
+    others = _fill(harness, namespace, [open_node], classes["mid"], "mid")
+    wait_for(lambda: len(bound(harness.api, namespace, guarded)) == 8, 60, "guarded pods bound")
+    gpu_pod(harness.api, namespace, "big", "gpus-8", priority_class=classes["high"])
+    node = wait_for(lambda: bound(harness.api, namespace, ["big"]).get("big"), BOUND_S, "the 8-GPU pod bound")
+    assert node == open_node
+    assert _gone(harness, namespace, guarded) == []
+    assert len(_gone(harness, namespace, others)) == 8
+
+
+def test_preemption_policy_never_and_equal_priority_evict_nothing(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    harness, namespace = env
+    nodes = harness.add_gpu_nodes(1)
+    running = _fill(harness, namespace, nodes, classes["mid"], "mid")
+    gpu_pod(harness.api, namespace, "polite", "gpus-8", priority_class=classes["never"])
+    gpu_pod(harness.api, namespace, "peer", "gpus-8", priority_class=classes["mid"])
+    wait_judged_unschedulable(harness.api, namespace, ["polite", "peer"])
+    time.sleep(5)  # several preemption steps
+    assert _gone(harness, namespace, running) == []
+    assert bound(harness.api, namespace, ["polite", "peer"]) == {}
+    assert _events(harness, namespace, "Preempting") == []
