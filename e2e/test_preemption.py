@@ -14,8 +14,11 @@ import pytest
 from kubernetes import client
 
 from kube.names import GPU_CLASS
+from kube.resources import JOBSETS
 from nativedra.cluster import ControlPlane, wait_for
+from nativedra.cluster.addons import JOBSET, start_addon
 from nativedra.objects import claim_template, gpu_pod, request
+from nativedra.workload_objects import ReplicatedJob, create_jobset
 from testkit.extender_harness import (
     ExtenderCluster,
     bound,
@@ -63,7 +66,7 @@ def extender(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture
 def env(extender: ExtenderCluster) -> Iterator[tuple[ExtenderCluster, str]]:
     with fresh_namespace(extender.api, "preempt") as namespace:
-        for count in (1, 8):
+        for count in (1, 4, 8):
             claim_template(extender.api, namespace, f"gpus-{count}", [request("gpus", GPU_CLASS, count=count)])
         try:
             yield extender, namespace
@@ -198,3 +201,69 @@ def test_preemption_policy_never_and_equal_priority_evict_nothing(
     assert _gone(harness, namespace, running) == []
     assert bound(harness.api, namespace, ["polite", "peer"]) == {}
     assert _events(harness, namespace, "Preempting") == []
+
+
+def test_two_preemptors_for_the_same_victims_evict_no_more_than_one_needs(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    harness, namespace = env
+    nodes = harness.add_gpu_nodes(1)
+    low = _fill(harness, namespace, nodes, classes["low"], "low")
+    for name in ("first", "second"):
+        gpu_pod(harness.api, namespace, name, "gpus-8", priority_class=classes["high"])
+    wait_for(lambda: bound(harness.api, namespace, ["first", "second"]), BOUND_S, "one preemptor bound")
+    time.sleep(5)  # several preemption steps more: the other finds nothing more worth evicting
+    assert len(_gone(harness, namespace, low)) == 8
+    assert len(bound(harness.api, namespace, ["first", "second"])) == 1
+    assert len(_events(harness, namespace, "Preempting")) == 1
+
+
+def test_a_low_priority_jobset_chosen_as_victim_is_evicted_whole_and_restarted_by_its_controller(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    harness, namespace = env
+    start_addon(harness.plane, harness.api, JOBSET)
+    nodes = harness.add_gpu_nodes(2)
+    selector = {"kubernetes.io/hostname": nodes[0]}
+    # A 2-pod JobSet (4 GPUs each) on the first node, 1-GPU pods of higher priority beside it.
+    create_jobset(
+        harness.api,
+        namespace,
+        "batch",
+        [ReplicatedJob("workers", 2, 1, "gpus-4")],
+        selector,
+        max_restarts=3,
+        priority_class=classes["low"],
+    )
+    first = wait_for(lambda: _jobset_pods(harness, namespace, bound_only=True), 90, "the JobSet bound", lambda: "")
+    assert len(first) == 2
+    _fill(harness, namespace, nodes[1:], classes["mid"], "mid")
+    gpu_pod(harness.api, namespace, "big", "gpus-8", priority_class=classes["high"])
+    node = wait_for(lambda: bound(harness.api, namespace, ["big"]).get("big"), BOUND_S, "the 8-GPU pod bound")
+    assert node == nodes[0]
+    assert set(_gone(harness, namespace, first)) == set(first), "both members evicted: the gang whole"
+    restarts = wait_for(
+        lambda: (JOBSETS.get(harness.api, "batch", namespace).get("status") or {}).get("restarts"),
+        60,
+        "the JobSet controller to restart the JobSet",
+    )
+    assert restarts >= 1
+    replacements = wait_for(
+        lambda: [p for p in _jobset_pods(harness, namespace, bound_only=False) if p not in first],
+        60,
+        "the restarted JobSet's pods",
+    )
+    assert replacements and not set(replacements) & set(bound(harness.api, namespace, replacements))
+    preempted = {e.involved_object.name for e in _events(harness, namespace, "Preempted")}
+    assert preempted == set(first)
+
+
+def _jobset_pods(harness: ExtenderCluster, namespace: str, *, bound_only: bool) -> list[str]:
+    pods = (
+        client.CoreV1Api(harness.api)
+        .list_namespaced_pod(namespace, label_selector="jobset.sigs.k8s.io/jobset-name=batch")
+        .items
+    )
+    return sorted(
+        p.metadata.name for p in pods if p.metadata.deletion_timestamp is None and (p.spec.node_name or not bound_only)
+    )

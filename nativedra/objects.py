@@ -104,17 +104,18 @@ def gpu_pod(
     pod_group: str | None = None,
     scheduler: str | None = None,
     priority_class: str | None = None,
+    grace_seconds: int = 0,
 ) -> None:
     """A pod whose one container uses one claim generated from `template`; with `pod_group`, a
     member of that native PodGroup (spec.schedulingGroup, immutable once created); with
     `scheduler`, placed by that scheduler instead of the default one; with `priority_class`, of
-    that PriorityClass."""
+    that PriorityClass; `grace_seconds` is its termination grace period."""
     spec: dict[str, Any] = {
         "containers": [
             {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
         ],
         "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-        "terminationGracePeriodSeconds": 0,
+        "terminationGracePeriodSeconds": grace_seconds,
     }
     if scheduler:
         spec["schedulerName"] = scheduler

@@ -21,9 +21,12 @@ class ReplicatedJob:
     template: str  # ResourceClaimTemplate of each pod
 
 
-def _pod_template(template: str, node_selector: dict[str, str], restart_policy: str = "Never") -> dict[str, Any]:
+def _pod_template(
+    template: str, node_selector: dict[str, str], restart_policy: str = "Never", priority_class: str | None = None
+) -> dict[str, Any]:
     return {
         "spec": {
+            **({"priorityClassName": priority_class} if priority_class else {}),
             "restartPolicy": restart_policy,
             "terminationGracePeriodSeconds": 0,
             "nodeSelector": node_selector,
@@ -45,6 +48,7 @@ def create_jobset(
     exclusive_topology: str | None = None,
     suspend: bool = False,
     max_restarts: int = 0,
+    priority_class: str | None = None,
 ) -> dict[str, Any]:
     annotations = {JOBSET_EXCLUSIVE: exclusive_topology} if exclusive_topology else {}
     body = {
@@ -63,7 +67,7 @@ def create_jobset(
                             "parallelism": job.parallelism,
                             "completions": job.parallelism,
                             "backoffLimit": 0,
-                            "template": _pod_template(job.template, node_selector),
+                            "template": _pod_template(job.template, node_selector, priority_class=priority_class),
                         }
                     },
                 }

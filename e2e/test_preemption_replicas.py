@@ -1,0 +1,103 @@
+"""Preemption with two extender replicas behind one Service address: one decides (the Lease), both
+keep the freed devices for the preemptor. The deciding replica is killed while its victims are still
+terminating: the other takes over, evicts nothing twice, keeps the devices, and lets the preemption
+go once the preemptor is bound. Its own module: the single-replica extender of test_preemption.py
+must not run beside these (it would elect a decider of its own)."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from extender.preemptor import LEADER_LEASE
+from extender.reservation import LABEL
+from kube.names import GPU_CLASS
+from nativedra.cluster import ControlPlane, wait_for
+from nativedra.objects import claim_template, gpu_pod, request
+from testkit.extender_harness import ReplicatedExtenders, bound, fresh_namespace, replicated_extender_cluster
+from testkit.pod_reaper import PodReaper
+
+pytestmark = pytest.mark.timeout(600)
+TERMINATING_S = 8.0  # victims' containers take this long to stop (the reaper confirms them then)
+
+
+@pytest.fixture
+def replicas(control_plane: ControlPlane, tmp_path: Path) -> Iterator[ReplicatedExtenders]:
+    with replicated_extender_cluster(tmp_path, {"preemptionHoldSeconds": 120}, shared=control_plane) as cluster:
+        yield cluster
+
+
+def _leader(replicas: ReplicatedExtenders) -> int:
+    """The index of the replica holding the preemption Lease (identity: host and process id)."""
+    first = replicas.first
+    lease = client.CoordinationV1Api(first.api).read_namespaced_lease(LEADER_LEASE, first.namespace)
+    holder = lease.spec.holder_identity
+    for index, replica in enumerate(replicas.replicas):
+        assert replica.process is not None
+        if holder == f"{socket.gethostname()}-{replica.process.pid}":
+            return index
+    raise AssertionError(f"no replica holds the Lease: {holder}")
+
+
+def test_the_deciding_replica_killed_mid_preemption_loses_no_hold_and_evicts_nothing_twice(
+    replicas: ReplicatedExtenders,
+) -> None:
+    first = replicas.first
+    api, scheduling = first.api, client.SchedulingV1Api(first.api)
+    low, high = f"nd-low-{uuid.uuid4().hex[:6]}", f"nd-high-{uuid.uuid4().hex[:6]}"
+    scheduling.create_priority_class({"metadata": {"name": low}, "value": 10})
+    scheduling.create_priority_class({"metadata": {"name": high}, "value": 1000})
+    try:
+        with fresh_namespace(api, "preempt-ha") as namespace, PodReaper(api, namespace, TERMINATING_S):
+            claim_template(api, namespace, "one", [request("gpus", GPU_CLASS, count=1)])
+            claim_template(api, namespace, "eight", [request("gpus", GPU_CLASS, count=8)])
+            (node,) = first.add_gpu_nodes(1)
+            victims = [f"low-{index}" for index in range(8)]
+            for name in victims:
+                gpu_pod(api, namespace, name, "one", node=node, priority_class=low, grace_seconds=30)
+            wait_for(lambda: len(bound(api, namespace, victims)) == 8, 90, "the low pods bound")
+            wait_for(lambda: _leader(replicas) is not None, 30, "a deciding replica")
+            started = time.monotonic()
+            gpu_pod(api, namespace, "big", "eight", priority_class=high)
+            core = client.CoreV1Api(api)
+
+            def terminating() -> list[str]:
+                pods = core.list_namespaced_pod(namespace).items
+                return [p.metadata.name for p in pods if p.metadata.deletion_timestamp and p.metadata.name in victims]
+
+            wait_for(lambda: len(terminating()) == 8, 30, "the victims evicted (terminating)")
+            killed = _leader(replicas)
+            replicas.replicas[killed].kill_extender()
+            killed_at = time.monotonic()
+            # Low pods created now would take the GPUs as the victims end, were the hold lost.
+            late = [f"late-{index}" for index in range(4)]
+            for name in late:
+                gpu_pod(api, namespace, name, "one", priority_class=low)
+            wait_for(lambda: bound(api, namespace, ["big"]), 120, "the preemptor bound")
+            took = time.monotonic() - started
+            assert bound(api, namespace, late) == {}, "the devices kept for the preemptor went to no one else"
+            events = core.list_namespaced_event(namespace, field_selector="reason=Preempted").items
+            assert sorted(e.involved_object.name for e in events) == victims, "each victim evicted once"
+            assert all(e.count in (None, 1) for e in events)
+            leases = client.CoordinationV1Api(api)
+            wait_for(
+                lambda: not leases.list_namespaced_lease(first.namespace, label_selector=LABEL).items,
+                60,
+                "the surviving replica to let the preemption go once the preemptor is bound",
+            )
+            survivor = _leader(replicas)
+            assert survivor != killed
+            print(
+                f"\npreemptor bound {took:.1f} s after creation; deciding replica killed "
+                f"{killed_at - started:.1f} s in, replica {survivor} took over"
+            )
+    finally:
+        for name in (low, high):
+            scheduling.delete_priority_class(name)
+        replicas.start_stopped()
