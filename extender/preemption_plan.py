@@ -106,6 +106,7 @@ class Decision:
 class NoHelp:
     preemptor: Preemptor
     reason: str
+    candidates: int  # lower-priority pods it could have evicted (0: preemption is beside the point)
 
 
 @dataclass(frozen=True)
@@ -340,7 +341,7 @@ def decide(
             best = Decision(preemptor, victims, choice.cost, region, reserved, choice.exact)
     if best is not None:
         return best
-    return NoHelp(preemptor, _why_not(preemptor, most_room))
+    return NoHelp(preemptor, _why_not(preemptor, most_room), sum(len(unit.pods) for unit in units))
 
 
 def _freeing(units: Sequence[Unit], occupancy: Occupancy, nodes: tuple[str, ...]) -> list[int]:

@@ -56,6 +56,7 @@ LEADER_LEASE = "nativedra-extender-preemption"
 STEP_EVERY_S = 1.0
 BLOCKED_FOR_S = 60.0  # a pod whose budget refused its eviction is left out of decisions this long
 REPEAT_AFTER_S = 600.0  # the same "would not help" is told to a pod again after this long
+JUDGE_AGAIN_S = 10.0  # a preemptor eviction would not help is judged again after this long
 API_TIMEOUT_S = 10.0
 TOO_MANY_REQUESTS, NOT_FOUND, CONFLICT = 429, 404, 409
 Key = tuple[str, str]
@@ -99,6 +100,9 @@ class Preemption:
         self.hold_seconds = decider.config.preemption_hold_seconds
         self._blocked: dict[str, float] = {}  # pod -> until (clock) it is left out
         self._told: dict[tuple[str, str], float] = {}  # (preemptor, message) -> when told
+        # Preemptors eviction would not help, not judged again before then (a full cluster's
+        # waiting gangs would otherwise be judged every step).
+        self._unhelped: dict[str, float] = {}
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(STEP_EVERY_S):
@@ -115,10 +119,13 @@ class Preemption:
         gangs = {gang.ref.key: gang for gang in self.decider.plans.gangs(view)}
         for reservation in list(view.reservations.values()):
             self._tend(view, gangs, reservation, now)
+        waiting = [(p, pods) for p, pods in self._waiting(view, gangs, now) if self._unhelped.get(p.key, 0) <= now]
+        if not waiting:
+            return
         blocked = frozenset(pod for pod, until in self._blocked.items() if until > now)
         budgets = [Budget.from_api(pdb) for pdb in view.budgets.values()]
         occupancy = Occupancy.of(view, self.decider.config.driver, kept_usage(view.reservations.values()))
-        for preemptor, pods in self._waiting(view, gangs, now):
+        for preemptor, pods in waiting:
             decision = decide_preemption(occupancy, preemptor, budgets, self.decider.matcher, blocked)
             if isinstance(decision, NoHelp):
                 self._not_helpful(decision, pods, now)
@@ -238,6 +245,11 @@ class Preemption:
                 raise
 
     def _not_helpful(self, decision: NoHelp, pods: list[dict[str, Any]], now: float) -> None:
+        self._unhelped[decision.preemptor.key] = now + JUDGE_AGAIN_S
+        if len(self._unhelped) > 4 * len(self.state.objects["pods"]) + 64:  # bounded by the cluster
+            self._unhelped = {k: v for k, v in self._unhelped.items() if v > now}
+        if not decision.candidates:
+            return  # nothing of lower priority holds devices: no preemption to speak of
         told = (decision.preemptor.key, decision.reason)
         if now - self._told.get(told, -REPEAT_AFTER_S) < REPEAT_AFTER_S:
             return
