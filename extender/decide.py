@@ -41,12 +41,13 @@ def _held_nodes(
         node = view.nodes.get(name)
         if holders and node is not None and name in asked and place(node, cluster.held[name], demand, matcher) is None:
             failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
-    for reservation in view.reservations.values():  # their devices are in the view's usage already
+    # Devices kept for preemptors are in the view's usage (a plan may be older than the view).
+    for reservation in view.reservations.values():
         for name in reservation.nodes:
             node = view.nodes.get(name)
             if name not in asked or name in failed or node is None:
                 continue
-            if place(node, cluster.held.get(name, view.usage[name]), demand, matcher) is None:
+            if place(node, view.usage[name], demand, matcher) is None:
                 failed[name] = (
                     f"the free devices on {name} are kept for {reservation.what} (priority {reservation.priority}), "
                     "which preempted pods there"

@@ -1,0 +1,133 @@
+"""Devices kept for a preemptor: a decision survives the trip through its Lease, a Lease that
+cannot be read is refused naming the field (and the state carries on without it), and every
+replica's state counts the kept devices as used, so the planner and the filter keep others off
+them while the preemptor alone is answered with its nodes."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from extender.config import ExtenderConfig
+from extender.decide import Decider
+from extender.node_usage import Usage
+from extender.reservation import NODES, PRIORITY, Reservation, ReservationError, Reserved, from_lease, lease_body
+from extender.state import ClusterState
+from testkit import builders
+from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod
+
+NS = "ns"
+
+
+def _reservation(nodes: dict[str, Reserved] | None = None) -> Reservation:
+    kept = nodes or {"a": Reserved(1, Usage({"gpu-0", "gpu-1"}))}
+    return Reservation("preempt-x", f"{NS}/big", f"pod {NS}/big", 1000, kept, (f"{NS}/low-0",), 1_000.0, 1_120.0)
+
+
+def _lease(reservation: Reservation) -> dict[str, Any]:
+    body = lease_body(reservation, "replica-0")
+    body["metadata"]["namespace"] = "nativedra-system"
+    return body
+
+
+def test_a_reservation_survives_its_lease() -> None:
+    reservation = _reservation()
+    assert from_lease(json.loads(json.dumps(_lease(reservation)))) == reservation
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda lease: lease["metadata"]["annotations"].pop(PRIORITY), f"annotation {PRIORITY} is missing"),
+        (lambda lease: lease["metadata"]["annotations"].update({NODES: "{"}), "must be JSON"),
+        (lambda lease: lease["metadata"]["annotations"].update({NODES: "{}"}), "must name at least one node"),
+        (
+            lambda lease: lease["metadata"]["annotations"].update({NODES: '{"a": {"slots": 0}}'}),
+            f"annotation {NODES}[a].slots",
+        ),
+        (
+            lambda lease: lease["metadata"]["annotations"].update(
+                {NODES: '{"a": {"slots": 1, "counters": {"c": {"x": "?"}}}}'}
+            ),
+            f"annotation {NODES}[a].counters",
+        ),
+        (lambda lease: lease["spec"].update(leaseDurationSeconds=0), "spec.leaseDurationSeconds"),
+        (lambda lease: lease["spec"].update(acquireTime="yesterday"), "spec.acquireTime"),
+    ],
+)
+def test_a_lease_that_cannot_be_read_is_refused_naming_it_and_the_field(change: Any, named: str) -> None:
+    lease = _lease(_reservation())
+    change(lease)
+    with pytest.raises(ReservationError) as raised:
+        from_lease(lease)
+    assert "Lease nativedra-system/preempt-x" in str(raised.value)
+    assert named in str(raised.value)
+
+
+def _state() -> tuple[ClusterState, dict[str, Any], dict[str, Any]]:
+    """Two nodes of 8 GPUs, node a running a 6-GPU pod; an 8-GPU pod and a 2-GPU pod waiting."""
+    nodes, slices = builders.node_objects({"a": {}, "b": {}})
+    six, eight, two = (claim_template(f"t{n}", n, namespace=NS) for n in (6, 8, 2))
+    running, running_claim = claimed_pod("running", six, NS)
+    running["spec"]["nodeName"] = "a"
+    running_claim["status"] = builders.allocated_claim(
+        "running-gpus", "a", [f"gpu-{i}" for i in range(2, 8)], NS, reserved_for="running"
+    )["status"]
+    big, big_claim = claimed_pod("big", eight, NS)
+    small, small_claim = claimed_pod("small", two, NS)
+    state = ClusterState(DRIVER)
+    objects = {
+        "nodes": nodes,
+        "resourceslices": slices,
+        "pods": [running, big, small],
+        "resourceclaims": [running_claim, big_claim, small_claim],
+        "resourceclaimtemplates": [six, eight, two],
+        "deviceclasses": [GPU_CLASS],
+        "podgroups": [],
+        "jobsets": [],
+    }
+    for kind, items in objects.items():
+        state.replace(kind, copy.deepcopy(items))
+    return state, big, small
+
+
+def test_every_replicas_state_counts_kept_devices_as_used_until_the_lease_goes() -> None:
+    state, _, _ = _state()
+    assert state.view().usage["a"].devices == {f"gpu-{i}" for i in range(2, 8)}
+    lease = _lease(_reservation({"a": Reserved(1, Usage({f"gpu-{i}" for i in range(8)}))}))
+    state.apply("ADDED", "preemptions", lease)
+    view = state.view()
+    assert view.usage["a"].devices == {f"gpu-{i}" for i in range(8)}, "the free GPUs are kept too"
+    assert view.reservations[f"{NS}/big"].nodes["a"].slots == 1
+    state.apply("DELETED", "preemptions", lease)
+    assert state.view().usage["a"].devices == {f"gpu-{i}" for i in range(2, 8)}
+    assert not state.view().reservations
+
+
+def test_a_broken_lease_is_ignored_and_nothing_else_is_lost() -> None:
+    state, _, _ = _state()
+    lease = _lease(_reservation())
+    lease["metadata"]["annotations"][NODES] = "not json"
+    state.apply("ADDED", "preemptions", lease)
+    view = state.view()
+    assert not view.reservations
+    assert view.usage["a"].devices == {f"gpu-{i}" for i in range(2, 8)}
+    assert len(view.pods) == 3
+
+
+def test_the_preemptor_is_answered_with_its_nodes_and_others_are_kept_off_them() -> None:
+    state, big, small = _state()
+    decider = Decider(ExtenderConfig())
+    assert decider.filter(state.view(), small, ["a", "b"], now=0.0)[0] == ["a", "b"]
+    kept = Reserved(1, Usage({f"gpu-{i}" for i in range(8)}))
+    state.apply("ADDED", "preemptions", _lease(_reservation({"a": kept})))
+    view = state.view()
+    passing, failed, path = decider.filter(view, big, ["a", "b"], now=0.0)
+    assert (passing, path) == (["a"], "preempting")
+    assert "being freed for pod ns/big" in failed["b"]
+    passing, failed, _ = decider.filter(view, small, ["a", "b"], now=0.0)
+    assert passing == ["b"]
+    assert failed["a"] == ("the free devices on a are kept for pod ns/big (priority 1000), which preempted pods there")
