@@ -6,6 +6,7 @@ plugin's builder; pods of real PriorityClasses."""
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from extender.config import RACK_LABEL
 from kube.names import GPU_CLASS
 from kube.resources import JOBSETS
 from nativedra.cluster import ControlPlane, wait_for
@@ -58,7 +60,7 @@ def classes(control_plane: ControlPlane) -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="module")
 def extender(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExtenderCluster]:
     root = Path(tmp_path_factory.mktemp("preemption"))
-    config = {"topologyLevels": ["rack", "kubernetes.io/hostname"], "preemptionHoldSeconds": 120}
+    config = {"topologyLevels": [RACK_LABEL, "kubernetes.io/hostname"], "preemptionHoldSeconds": 120}
     with extender_cluster(root, config, shared=control_plane) as harness:
         yield harness
 
@@ -92,6 +94,14 @@ def _gone(harness: ExtenderCluster, namespace: str, names: list[str]) -> list[st
     return sorted(set(names) - present)
 
 
+def _metric(harness: ExtenderCluster, sample: str) -> float:
+    """A sample's value on the extender's /metrics (0 when absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{harness.probe_port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample + " ")]
+    return values[0] if values else 0.0
+
+
 def _events(harness: ExtenderCluster, namespace: str, reason: str) -> list[client.CoreV1Event]:
     events = client.CoreV1Api(harness.api).list_namespaced_event(namespace, field_selector=f"reason={reason}")
     return list(events.items)
@@ -121,6 +131,10 @@ def test_an_eight_gpu_pod_preempts_exactly_eight_low_pods_on_one_node(
     assert all(f"(priority {HIGH})" in e.message and f"pod {namespace}/big" in e.message for e in preempted)
     (told,) = _events(harness, namespace, "Preempting")
     assert told.involved_object.name == "big" and "preempting 8 pod(s) of lower priority" in told.message
+    # The time from decision to bound is observed once the leader sees the preemptor placed.
+    wait_for(lambda: _metric(harness, "nativedra_extender_preemption_seconds_count") >= 1, 15, "the time to bound")
+    assert _metric(harness, 'nativedra_extender_evictions_total{result="evicted"}') >= 8
+    assert _metric(harness, 'nativedra_extender_preemption_decisions_total{outcome="evicting"}') >= 1
     print(f"\n8-GPU pod bound {took:.1f} s after creation, 8 of 16 low pods evicted")
 
 
@@ -258,12 +272,51 @@ def test_a_low_priority_jobset_chosen_as_victim_is_evicted_whole_and_restarted_b
     assert preempted == set(first)
 
 
-def _jobset_pods(harness: ExtenderCluster, namespace: str, *, bound_only: bool) -> list[str]:
+def _jobset_pods(harness: ExtenderCluster, namespace: str, *, bound_only: bool, name: str = "batch") -> list[str]:
     pods = (
         client.CoreV1Api(harness.api)
-        .list_namespaced_pod(namespace, label_selector="jobset.sigs.k8s.io/jobset-name=batch")
+        .list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
         .items
     )
     return sorted(
         p.metadata.name for p in pods if p.metadata.deletion_timestamp is None and (p.spec.node_name or not bound_only)
     )
+
+
+def test_an_exclusive_jobset_preempts_a_rack_per_job_and_spares_the_higher_rack(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    """Two Jobs of 2 pods x 8 GPUs, each alone in a rack (JobSet exclusive-topology): of three full
+    racks, the two running low pods are preempted, the one running mid pods is not."""
+    harness, namespace = env
+    start_addon(harness.plane, harness.api, JOBSET)
+    test = uuid.uuid4().hex[:6]
+    racks = {rack: harness.add_gpu_nodes(2, {RACK_LABEL: rack, "e2e.nativedra.dev/test": test}) for rack in "abc"}
+    low = _fill(harness, namespace, racks["a"] + racks["b"], classes["low"], "low")
+    mid = _fill(harness, namespace, racks["c"], classes["mid"], "mid")
+    started = time.monotonic()
+    create_jobset(
+        harness.api,
+        namespace,
+        "train",
+        [ReplicatedJob("workers", 2, 2, "gpus-8")],
+        {"e2e.nativedra.dev/test": test},
+        exclusive_topology=RACK_LABEL,
+        priority_class=classes["high"],
+    )
+
+    def all_bound() -> list[str] | None:
+        found = _jobset_pods(harness, namespace, bound_only=True, name="train")
+        return found if len(found) == 4 else None
+
+    pods = wait_for(all_bound, 120, "the JobSet's 4 pods bound")
+    took = time.monotonic() - started
+    rack_of = {node: rack for rack, nodes in racks.items() for node in nodes}
+    placed = bound(harness.api, namespace, pods)
+    by_job: dict[str, set[str]] = {}
+    for pod in pods:
+        by_job.setdefault(pod.rsplit("-", 2)[0], set()).add(rack_of[placed[pod]])
+    assert sorted(map(sorted, by_job.values())) == [["a"], ["b"]], by_job
+    assert len(_gone(harness, namespace, low)) == 32
+    assert _gone(harness, namespace, mid) == []
+    print(f"\nexclusive 2 x 2 x 8 JobSet bound {took:.1f} s after creation, 32 low pods evicted, mid rack spared")
