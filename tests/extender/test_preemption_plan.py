@@ -60,16 +60,31 @@ class Cluster:
         self.pods.append(member)
         self.claims.append(claim)
 
-    def wait(self, name: str, gpus: int, priority: int, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    def wait(
+        self,
+        name: str,
+        gpus: int,
+        priority: int,
+        *,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        group: str | None = None,
+    ) -> dict[str, Any]:
         member, claim = claimed_pod(name, self.templates[gpus], NS, labels=labels)
         member["spec"]["priority"] = priority
+        member["metadata"]["annotations"] = annotations or {}
+        if group:
+            member["spec"]["schedulingGroup"] = {"podGroupName": group}
         self.pods.append(member)
         self.claims.append(claim)
         return member
 
-    def view(self, pdbs: list[dict[str, Any]] | None = None) -> ClusterView:
+    def view(
+        self, groups: list[dict[str, Any]] | None = None, jobsets: list[dict[str, Any]] | None = None
+    ) -> ClusterView:
         state = ClusterState(DRIVER)
         objects = {
+            "nativepodgroups": groups or [],
             "nodes": self.node_objects,
             "resourceslices": self.slices,
             "pods": self.pods,
@@ -77,7 +92,7 @@ class Cluster:
             "resourceclaimtemplates": list(self.templates.values()),
             "deviceclasses": [GPU_CLASS],
             "podgroups": [],
-            "jobsets": [],
+            "jobsets": jobsets or [],
         }
         for kind, items in objects.items():
             state.replace(kind, json.loads(json.dumps(items)))
@@ -125,7 +140,7 @@ def _devices(view: ClusterView, pods: tuple[str, ...]) -> set[str]:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_a_pods_victims_cost_what_brute_force_finds_least(seed: int) -> None:
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - reproducible cases, not secrets
     cluster = Cluster({"a": {}, "b": {}})
     for node in ("a", "b"):
         index = 0
@@ -264,3 +279,53 @@ def test_a_gang_preempts_whole_in_one_rack_or_not_at_all() -> None:
         f"gang {NS}/gang:train needs 3 x 8 device(s) in one rack; even evicting every lower-priority pod "
         "leaves room for 2"
     )
+
+
+LWS = {"leaderworkerset.sigs.k8s.io/name": "serve", "leaderworkerset.sigs.k8s.io/group-index": "0"}
+
+
+@pytest.mark.parametrize("source", ["lws", "native"])
+def test_leaderworkerset_and_native_podgroup_gangs_preempt_whole_in_their_domain(source: str) -> None:
+    nodes = {f"r{rack}-{i}": {"rack": f"r{rack}"} for rack in (1, 2) for i in range(2)}
+    cluster = Cluster(nodes)
+    for node in nodes:
+        for index in range(8):
+            cluster.run(f"{node}-{index}", node, 1, 0 if node.startswith("r2") else 10)
+    groups = []
+    for member in range(2):
+        if source == "lws":
+            annotations = {"leaderworkerset.sigs.k8s.io/size": "2", "nativedra.dev/topology-required": "rack"}
+            cluster.wait(f"serve-{member}", 8, 100, labels=LWS, annotations=annotations)
+        else:
+            cluster.wait(f"serve-{member}", 8, 100, group="serve")
+    if source == "native":
+        groups = [builders.pod_group("serve", 2, "rack", namespace=NS)]
+    view = cluster.view(groups)
+    key = f"{NS}/lws:serve/0" if source == "lws" else f"{NS}/native:serve"
+    decision = decide(Occupancy.of(view, DRIVER, {}), _gang(view, key, 100), [], MATCHER)
+    assert isinstance(decision, Decision)
+    assert decision.region == "r2" and len(decision.victims) == 16
+    assert sorted(decision.reserved) == ["r2-0", "r2-1"]
+
+
+def test_exclusive_parts_each_get_a_domain_of_their_own() -> None:
+    """A JobSet of two Jobs x 1 pod x 8 GPUs, exclusive per rack: two racks are preempted, not two
+    nodes of one rack, though one rack alone would have the room."""
+    nodes = {f"r{rack}-{i}": {"rack": f"r{rack}"} for rack in (1, 2) for i in range(2)}
+    cluster = Cluster(nodes)
+    for node in nodes:
+        for index in range(8):
+            cluster.run(f"{node}-{index}", node, 1, 0)
+    jobset = builders.jobset("train", [("workers", 2, 1)], exclusive="rack", namespace=NS)
+    for job in range(2):
+        labels = {
+            "jobset.sigs.k8s.io/jobset-name": "train",
+            "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+            "jobset.sigs.k8s.io/job-index": str(job),
+        }
+        cluster.wait(f"train-workers-{job}-0", 8, 100, labels=labels)
+    view = cluster.view(jobsets=[jobset])
+    decision = decide(Occupancy.of(view, DRIVER, {}), _gang(view, f"{NS}/jobset:train", 100), [], MATCHER)
+    assert isinstance(decision, Decision)
+    racks = {name.split("-")[0] for name in decision.reserved}
+    assert racks == {"r1", "r2"} and len(decision.victims) == 16
