@@ -142,8 +142,7 @@ def test_a_two_by_eight_gang_preempts_at_most_sixteen_and_is_placed_whole(
     env: tuple[ExtenderCluster, str], classes: dict[str, str]
 ) -> None:
     harness, namespace = env
-    nodes = harness.add_gpu_nodes(4)
-    low = _fill(harness, namespace, nodes, classes["low"], "low")
+    low = _fill(harness, namespace, harness.add_gpu_nodes(4), classes["low"], "low")
     started = time.monotonic()
     members = gang_pods(harness.api, namespace, "train", 2, 8, priority_class=classes["high"])
     wait_for(lambda: len(bound(harness.api, namespace, members)) == 2, BOUND_S, "the gang bound whole")
@@ -157,8 +156,7 @@ def test_a_gang_that_cannot_be_made_whole_evicts_nothing(
     env: tuple[ExtenderCluster, str], classes: dict[str, str]
 ) -> None:
     harness, namespace = env
-    nodes = harness.add_gpu_nodes(4)
-    low = _fill(harness, namespace, nodes, classes["low"], "low")
+    low = _fill(harness, namespace, harness.add_gpu_nodes(4), classes["low"], "low")
     members = gang_pods(harness.api, namespace, "huge", 5, 8, priority_class=classes["high"])
     key = f"{namespace}/gang:huge"
     told = wait_for(lambda: _events(harness, namespace, "PreemptionNotHelpful"), 60, "why preemption would not help")

@@ -60,6 +60,12 @@ class Cluster:
         self.pods.append(member)
         self.claims.append(claim)
 
+    def fill(self, priorities: dict[str, int], labels: dict[str, str] | None = None) -> None:
+        """Eight 1-GPU pods on each node, at that node's priority."""
+        for node, priority in priorities.items():
+            for index in range(8):
+                self.run(f"{node}{index}", node, 1, priority, labels=labels)
+
     def wait(
         self,
         name: str,
@@ -110,6 +116,13 @@ def _single(view: ClusterView, pod: dict[str, Any]) -> Preemptor:
 def _gang(view: ClusterView, key: str, priority: int) -> Preemptor:
     gangs = CurrentPlan(ExtenderConfig(), MATCHER).gangs(view)
     return gang_preemptor(next(g for g in gangs if g.ref.key == key), view, priority)
+
+
+def _preempt(cluster: Cluster, gpus: int, budgets: tuple[Budget, ...] = ()) -> Decision | NoHelp:
+    """The decision for a pod `big` of priority 100 asking for `gpus` GPUs."""
+    waiting = cluster.wait("big", gpus, 100)
+    view = cluster.view()
+    return decide(Occupancy.of(view, DRIVER, {}), _single(view, waiting), list(budgets), MATCHER)
 
 
 def _brute_force_single(view: ClusterView, preemptor: Preemptor) -> Any:
@@ -164,11 +177,8 @@ def test_a_pods_victims_cost_what_brute_force_finds_least(seed: int) -> None:
 
 def test_an_eight_gpu_pod_evicts_exactly_the_eight_lowest_one_gpu_pods_on_one_node() -> None:
     cluster = Cluster({"a": {}, "b": {}})
-    for index in range(8):
-        cluster.run(f"a{index}", "a", 1, 0)
-        cluster.run(f"b{index}", "b", 1, 10)
-    view = cluster.view()
-    decision = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("big", 8, 100)), [], MATCHER)
+    cluster.fill({"a": 0, "b": 10})
+    decision = _preempt(cluster, 8)
     assert isinstance(decision, Decision)
     assert sorted(v.key for v in decision.victims) == [f"{NS}/a{i}" for i in range(8)]
     assert list(decision.reserved) == ["a"] and len(decision.reserved["a"].usage.devices) == 8
@@ -178,29 +188,24 @@ def test_equal_or_higher_priority_is_never_a_victim() -> None:
     cluster = Cluster({"a": {}})
     for index in range(8):
         cluster.run(f"a{index}", "a", 1, 100 if index < 4 else 0)
-    view = cluster.view()
-    decision = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("big", 8, 100)), [], MATCHER)
+    decision = _preempt(cluster, 8)
     assert isinstance(decision, NoHelp)
     assert "leaves room for 0" in decision.reason
 
 
 def test_a_pod_being_deleted_counts_as_gone() -> None:
     cluster = Cluster({"a": {}})
-    for index in range(8):
-        cluster.run(f"a{index}", "a", 1, 0)
+    cluster.fill({"a": 0})
     for pod in cluster.pods[:6]:
         pod["metadata"]["deletionTimestamp"] = "2026-11-29T01:00:00Z"
-    view = cluster.view()
-    decision = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("big", 8, 100)), [], MATCHER)
+    decision = _preempt(cluster, 8)
     assert isinstance(decision, Decision)
     assert len(decision.victims) == 2  # the six ending are not evicted again
 
 
 def test_devices_kept_for_another_preemptor_are_not_counted_free() -> None:
     cluster = Cluster({"a": {}, "b": {}})
-    for index in range(8):
-        cluster.run(f"a{index}", "a", 1, 0)
-        cluster.run(f"b{index}", "b", 1, 0)
+    cluster.fill({"a": 0, "b": 0})
     view = cluster.view()
     first = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("one", 8, 100)), [], MATCHER)
     assert isinstance(first, Decision)
@@ -218,17 +223,14 @@ def test_devices_kept_for_another_preemptor_are_not_counted_free() -> None:
 
 def test_a_budget_that_allows_no_disruption_steers_the_choice_to_the_other_node() -> None:
     cluster = Cluster({"a": {}, "b": {}})
-    for index in range(8):
-        cluster.run(f"a{index}", "a", 1, 0, labels={"app": "guarded"})
-        cluster.run(f"b{index}", "b", 1, 10)
-    view = cluster.view()
+    cluster.fill({"a": 0}, labels={"app": "guarded"})
+    cluster.fill({"b": 10})
     pdb = {
         "metadata": {"name": "guard", "namespace": NS},
         "spec": {"selector": {"matchLabels": {"app": "guarded"}}},
         "status": {"disruptionsAllowed": 0},
     }
-    budgets = [Budget.from_api(pdb)]
-    decision = decide(Occupancy.of(view, DRIVER, {}), _single(view, cluster.wait("big", 8, 100)), budgets, MATCHER)
+    decision = _preempt(cluster, 8, (Budget.from_api(pdb),))
     assert isinstance(decision, Decision)
     assert decision.cost.violations == 0
     assert list(decision.reserved) == ["b"]
@@ -251,29 +253,35 @@ def test_a_running_gang_chosen_as_victim_is_evicted_whole() -> None:
     assert list(decision.reserved) == ["a"]
 
 
+RACKS = {f"r{rack}-{i}": {"rack": f"r{rack}"} for rack in (1, 2) for i in range(2)}
+
+
+def _racks(low_rack: str | None) -> Cluster:
+    """Two racks of two full nodes: the pods of `low_rack` at priority 0, the others at 10."""
+    cluster = Cluster(RACKS)
+    cluster.fill({node: 0 if low_rack in (None, node[:2]) else 10 for node in RACKS})
+    return cluster
+
+
+def _gang_decision(cluster: Cluster, key: str, **view: Any) -> Decision | NoHelp:
+    built = cluster.view(**view)
+    return decide(Occupancy.of(built, DRIVER, {}), _gang(built, f"{NS}/{key}", 100), [], MATCHER)
+
+
 def test_a_gang_preempts_whole_in_one_rack_or_not_at_all() -> None:
-    nodes = {f"r{rack}-{i}": {"rack": f"r{rack}"} for rack in (1, 2) for i in range(2)}
-    cluster = Cluster(nodes)
-    for node in nodes:
-        for index in range(8):
-            cluster.run(f"{node}-{index}", node, 1, 0 if node.startswith("r1") else 10)
+    cluster = _racks("r1")
     labels = gang_labels("train", 2, "rack")
     for member in range(2):
         cluster.wait(f"train-{member}", 8, 100, labels=labels)
-    view = cluster.view()
-    decision = decide(Occupancy.of(view, DRIVER, {}), _gang(view, f"{NS}/gang:train", 100), [], MATCHER)
+    decision = _gang_decision(cluster, "gang:train")
     assert isinstance(decision, Decision)
     assert decision.region == "r1" and len(decision.victims) == 16
     assert {r.slots for r in decision.reserved.values()} == {1} and sorted(decision.reserved) == ["r1-0", "r1-1"]
 
-    big = Cluster(nodes)
-    for node in nodes:
-        for index in range(8):
-            big.run(f"{node}-{index}", node, 1, 0)
+    big = _racks(None)
     for member in range(3):
         big.wait(f"train-{member}", 8, 100, labels=gang_labels("train", 3, "rack"))
-    view = big.view()
-    refused = decide(Occupancy.of(view, DRIVER, {}), _gang(view, f"{NS}/gang:train", 100), [], MATCHER)
+    refused = _gang_decision(big, "gang:train")
     assert isinstance(refused, NoHelp)
     assert refused.reason == (
         f"gang {NS}/gang:train needs 3 x 8 device(s) in one rack; even evicting every lower-priority pod "
@@ -286,11 +294,7 @@ LWS = {"leaderworkerset.sigs.k8s.io/name": "serve", "leaderworkerset.sigs.k8s.io
 
 @pytest.mark.parametrize("source", ["lws", "native"])
 def test_leaderworkerset_and_native_podgroup_gangs_preempt_whole_in_their_domain(source: str) -> None:
-    nodes = {f"r{rack}-{i}": {"rack": f"r{rack}"} for rack in (1, 2) for i in range(2)}
-    cluster = Cluster(nodes)
-    for node in nodes:
-        for index in range(8):
-            cluster.run(f"{node}-{index}", node, 1, 0 if node.startswith("r2") else 10)
+    cluster = _racks("r2")
     groups = []
     for member in range(2):
         if source == "lws":
@@ -300,9 +304,7 @@ def test_leaderworkerset_and_native_podgroup_gangs_preempt_whole_in_their_domain
             cluster.wait(f"serve-{member}", 8, 100, group="serve")
     if source == "native":
         groups = [builders.pod_group("serve", 2, "rack", namespace=NS)]
-    view = cluster.view(groups)
-    key = f"{NS}/lws:serve/0" if source == "lws" else f"{NS}/native:serve"
-    decision = decide(Occupancy.of(view, DRIVER, {}), _gang(view, key, 100), [], MATCHER)
+    decision = _gang_decision(cluster, "lws:serve/0" if source == "lws" else "native:serve", groups=groups)
     assert isinstance(decision, Decision)
     assert decision.region == "r2" and len(decision.victims) == 16
     assert sorted(decision.reserved) == ["r2-0", "r2-1"]
@@ -311,11 +313,7 @@ def test_leaderworkerset_and_native_podgroup_gangs_preempt_whole_in_their_domain
 def test_exclusive_parts_each_get_a_domain_of_their_own() -> None:
     """A JobSet of two Jobs x 1 pod x 8 GPUs, exclusive per rack: two racks are preempted, not two
     nodes of one rack, though one rack alone would have the room."""
-    nodes = {f"r{rack}-{i}": {"rack": f"r{rack}"} for rack in (1, 2) for i in range(2)}
-    cluster = Cluster(nodes)
-    for node in nodes:
-        for index in range(8):
-            cluster.run(f"{node}-{index}", node, 1, 0)
+    cluster = _racks(None)
     jobset = builders.jobset("train", [("workers", 2, 1)], exclusive="rack", namespace=NS)
     for job in range(2):
         labels = {
@@ -324,8 +322,7 @@ def test_exclusive_parts_each_get_a_domain_of_their_own() -> None:
             "jobset.sigs.k8s.io/job-index": str(job),
         }
         cluster.wait(f"train-workers-{job}-0", 8, 100, labels=labels)
-    view = cluster.view(jobsets=[jobset])
-    decision = decide(Occupancy.of(view, DRIVER, {}), _gang(view, f"{NS}/jobset:train", 100), [], MATCHER)
+    decision = _gang_decision(cluster, "jobset:train", jobsets=[jobset])
     assert isinstance(decision, Decision)
     racks = {name.split("-")[0] for name in decision.reserved}
     assert racks == {"r1", "r2"} and len(decision.victims) == 16
