@@ -1,6 +1,8 @@
 """A real node: the upstream kubelet on containerd 2.x and runc runs the plugin's image as the
 shipped DaemonSet (`manifests/overlays/simulated-node`, i.e. base plus a simulated inventory), and
-the shipped example pods, with their images swapped for a probe, see exactly their GPUs.
+the shipped example pods, with their images swapped for a probe, see exactly their GPUs. The upstream
+kube-proxy routes Service ClusterIPs, so the loopback kube-scheduler calls the extender Deployment
+(`manifests/base/extender.yaml`) running on this node through its Service.
 
 Needs root and containers (a cgroup hierarchy, overlayfs, mknod); the Debian packages and the
 containerd build are fetched once. Where containers cannot run at all, the module is skipped and
@@ -30,6 +32,8 @@ from dra_driver.kubelet_paths import DEFAULT_CDI_DIR
 from kube.names import DRIVER_NAME, EXTENDER_MARKER, GPU_NODE_LABEL
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
+from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender
+from nativedra.cluster.pki import extender_tls
 from nativedra.cluster.realnode import (
     NVIDIA_MAJOR,
     NVIDIACTL_MINOR,
@@ -40,7 +44,17 @@ from nativedra.cluster.realnode import (
 from nativedra.cluster.waits import describe_pod
 from nativedra.objects import apply_documents, apply_file, device_classes, published_devices
 from testkit.dra import CDI_PREFIX
-from testkit.extender_harness import fresh_namespace
+from testkit.extender_harness import bound, fresh_namespace
+from testkit.extender_service import NAME as EXTENDER
+from testkit.extender_service import (
+    extender_pods,
+    is_ready,
+    ready_endpoints,
+    restart_rollout,
+    rolled_out,
+    shipped_wiring,
+    tls_secret,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 OVERLAY = REPO / "manifests" / "overlays" / "simulated-node"
@@ -57,6 +71,7 @@ PROBE = (
     "while true; do echo BEGIN; ls -l /dev | grep nvidia; env | grep -E '^(NATIVEDRA|CUDA)_' | sort; "
     f"find {METADATA_DIR} -name '*.json' 2>/dev/null | sed 's/^/METADATA /'; echo END; sleep 1; done"
 )
+EXTENDER_PORT = 8888  # the Service's https port, as shipped
 ROLLOUT_PODS = 8  # quarter GPUs created during a rollout: room for them on 8 GPUs whatever else runs
 DEVICE_LINE = re.compile(r"^c\S*\s+\d+\s+\S+\s+\S+\s+(\d+),\s*(\d+)\s.*\s(nvidia\S*)$")
 
@@ -134,7 +149,7 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         pytest.skip(reason)
     plane = ControlPlane(state_dir=Path(tmp_path_factory.mktemp("real-node-cluster")), binaries=resolve())
     plane.start()
-    node = RealNode(plane, NODE, labels={GPU_NODE_LABEL: "true"}, repo=REPO)
+    node = RealNode(plane, NODE, labels={GPU_NODE_LABEL: "true"}, repo=REPO, kube_proxy=True)
     try:
         try:
             node.start()
@@ -437,3 +452,133 @@ def test_a_pod_carrying_the_extender_marker_is_admitted_by_the_real_kubelet(real
         )
         requests = real_node.core.read_namespaced_pod("marked", namespace).spec.containers[0].resources.requests
         assert requests == {EXTENDER_MARKER: "1"}, "the API server defaulted the request to the limit"
+
+
+@pytest.fixture
+def served_extender(real_node: Node, tmp_path: Path) -> Iterator[str]:
+    """The shipped extender Deployment (applied with the overlay) serving on the real node from its
+    Secret, and the real kube-scheduler wired to its Service as shipped; unwired after. Yields the
+    URL the scheduler calls."""
+    tls = extender_tls(tmp_path / "extender-tls")
+    apply_documents(real_node.api, [tls_secret(tls)])
+    restart_rollout(real_node.api)  # its pods so far waited for the Secret
+    wait_for(
+        lambda: rolled_out(real_node.api),
+        180,
+        "the extender Deployment rolled out",
+        lambda: describe_extender(real_node),
+    )
+    cluster_ip = real_node.core.read_namespaced_service(EXTENDER, PLUGIN_NAMESPACE).spec.cluster_ip
+    wiring = shipped_wiring(cluster_ip, tls)
+    call_extender(real_node.plane, EXTENDER_PORT, tls, extra=wiring)  # `extra` replaces the loopback entry
+    try:
+        yield str(wiring["extenders"][0]["urlPrefix"])
+    finally:
+        stop_calling_extender(real_node.plane)
+
+
+def describe_extender(env: Node) -> str:
+    lines = [f"ready endpoints: {ready_endpoints(env.api)}"]
+    for pod in extender_pods(env.api):
+        lines.append(describe_pod(env.api, PLUGIN_NAMESPACE, pod.metadata.name))
+        with contextlib.suppress(client.ApiException):
+            lines.append(env.core.read_namespaced_pod_log(pod.metadata.name, PLUGIN_NAMESPACE, tail_lines=15))
+    return "\n".join(lines)
+
+
+def test_extender_pods_deleted_while_it_is_down_come_back_and_it_serves_again(
+    real_node: Node, served_extender: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 25 end to end: the extender runs as the shipped Deployment on this node, kube-scheduler
+    calls it through its Service (kube-proxy's iptables rules take the ClusterIP to a pod) with the
+    shipped wiring (managedResources marker, ignorable: false, HTTPS with a client certificate).
+    Every extender pod is deleted; a marked GPU pod then waits, its FailedScheduling naming the
+    extender's URL; the Deployment's replacement pods, unmarked, are scheduled while the extender is
+    down, run on the kubelet and become Ready; and the waiting GPU pod is bound. The test does nothing
+    between the deletion and the bind but watch."""
+    api, core = real_node.api, real_node.core
+    with fresh_namespace(api, "outage") as namespace:
+        served = quarter_gpu_pod(real_node, namespace, 0)
+        wait_for(lambda: bound(api, namespace, [served]), 60, "a GPU pod bound through the Service")
+        pods = extender_pods(api)
+        old = {pod.metadata.uid for pod in pods}
+        old_containers = {container_id(status) for pod in pods for status in pod.status.container_statuses}
+        started = time.monotonic()
+        for pod in pods:
+            core.delete_namespaced_pod(pod.metadata.name, PLUGIN_NAMESPACE, grace_period_seconds=0)
+
+        def down() -> bool:
+            """The deleted pods' processes gone (a force-deleted pod's container outlives its API
+            object for a moment, and answers on a connection the scheduler kept), no endpoint ready."""
+            return not (running_containers(real_node) & old_containers) and not ready_endpoints(api)
+
+        wait_for(down, 60, "every extender container gone and no endpoint ready", lambda: describe_extender(real_node))
+        seen: dict[str, float] = {"down": time.monotonic() - started}
+        waiting = quarter_gpu_pod(real_node, namespace, 1)
+        told: list[str] = []
+
+        def replacements() -> list[Any]:
+            return [pod for pod in extender_pods(api) if pod.metadata.uid not in old]
+
+        def watch() -> bool:
+            """Record when each step is first seen; done once the GPU pod is bound and every
+            replacement is Ready."""
+            now = time.monotonic() - started
+            if "told" not in seen:
+                told.extend(
+                    m for m in failed_scheduling(real_node, namespace, waiting) if f"{served_extender}/filter" in m
+                )
+                if told:
+                    seen["told"] = now
+            new = replacements()
+            if "replacement bound" not in seen and len(new) == len(old) and all(p.spec.node_name for p in new):
+                seen["replacement bound"] = now
+            if "replacement ready" not in seen and any(is_ready(pod) for pod in new):
+                seen["replacement ready"] = now
+            if "every replacement ready" not in seen and len(new) == len(old) and all(is_ready(p) for p in new):
+                seen["every replacement ready"] = now
+            if "gpu pod bound" not in seen and bound(api, namespace, [waiting]):
+                seen["gpu pod bound"] = now
+            return "gpu pod bound" in seen and "every replacement ready" in seen
+
+        wait_for(
+            watch,
+            180,
+            "the waiting GPU pod bound and every replacement Ready",
+            lambda: f"{seen}\n{describe_pod(api, namespace, waiting)}\n{describe_extender(real_node)}",
+            interval_s=0.1,
+        )
+        rounded = {step: round(seconds, 1) for step, seconds in seen.items()}
+        with capsys.disabled():
+            print(f"\nextender pods deleted; seconds after: {rounded}")
+            print(f"the GPU pod's FailedScheduling: {told[:1]}")
+        assert told, f"the GPU pod was bound without being told the extender at {served_extender} is down"
+        assert seen["told"] < seen["gpu pod bound"]
+        assert "replacement ready" in seen and seen["replacement ready"] <= seen["gpu pod bound"], seen
+        limits = core.read_namespaced_pod(waiting, namespace).spec.containers[0].resources.limits or {}
+        assert limits.get(EXTENDER_MARKER) == "1", "the shipped policy marked the GPU pod"
+        running = running_containers(real_node)
+        for pod in replacements():
+            assert pod.spec.node_name == NODE
+            assert EXTENDER_MARKER not in (pod.spec.containers[0].resources.limits or {}), "not marked"
+            assert all(s.ready and s.state.running for s in pod.status.container_statuses or []), pod.status
+            container = container_id(pod.status.container_statuses[0])
+            assert container in running, f"the kubelet's container {container} is not running in containerd"
+        assert running_probe(real_node, namespace, waiting).devices
+
+
+def failed_scheduling(env: Node, namespace: str, pod: str) -> list[str]:
+    events = env.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod},reason=FailedScheduling"
+    )
+    return [e.message or "" for e in events.items]
+
+
+def container_id(status: Any) -> str:
+    return str(status.container_id or "").removeprefix("containerd://")
+
+
+def running_containers(env: Node) -> set[str]:
+    """Containers whose task runs in the node's containerd (`ctr tasks list`: TASK PID STATUS)."""
+    rows = [line.split() for line in env.node.ctr("tasks", "list").splitlines()[1:]]
+    return {row[0] for row in rows if len(row) >= 3 and row[2] == "RUNNING"}

@@ -4,8 +4,10 @@ The kubelet uses its ordinary root dir (/var/lib/kubelet) and the runtime reads 
 /var/run/cdi, so the plugin's DaemonSet runs exactly as shipped; one real node per machine. A fake
 device tree (character devices with the NVIDIA major) stands in for the GPUs of the simulated
 inventory. Pods get a bridge network; the `kubernetes` Service address answers on the host through
-a forwarder to the loopback apiserver (there is no kube-proxy). Configuration builders are pure;
-`RealNode` starts, waits for and tears down the processes.
+a forwarder to the loopback apiserver. With `kube_proxy`, the upstream kube-proxy (iptables mode)
+routes every other Service's ClusterIP to its pods, from pods and from the host alike
+(kube_proxy.py). Configuration builders are pure; `RealNode` starts, waits for and tears down the
+processes.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kubernetes import client
 
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, KUBELET_ROOT
 from kube.names import CDI_VENDOR
+from nativedra.cluster import kube_proxy as proxy
 from nativedra.cluster import pki
 from nativedra.cluster.binaries import build_kubernetes
 from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, free_port
@@ -51,6 +54,7 @@ NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
 CRI_NAMESPACE = "k8s.io"
 RECORD_KEY = "realNode"
+NODE_COMPONENTS = ["kubelet", "kube-proxy"]
 READY_TIMEOUT_S = 120.0
 
 
@@ -246,10 +250,11 @@ def share_root_mount() -> None:
 
 def prepare_real_node(version: str, image_source: Path | None = None) -> list[Path]:
     """Everything a real node needs, built or installed now (so a test's timeout never includes
-    it): Debian packages, containerd, the kubelet, the pause image and, given a source tree, the
-    nativedra image. Returns what was built."""
+    it): Debian packages, containerd, the kubelet and kube-proxy, the pause image and, given a
+    source tree, the nativedra image. Returns what was built."""
     runtime = resolve_runtime()
-    built = [runtime.containerd_bin, build_kubernetes(version, ["kubelet"]) / "kubelet", build_pause_image()[1]]
+    node_bin = build_kubernetes(version, NODE_COMPONENTS)
+    built = [runtime.containerd_bin, *(node_bin / name for name in NODE_COMPONENTS), build_pause_image()[1]]
     if image_source is not None:
         built.append(build_image(image_source)[1])
     return built
@@ -282,8 +287,10 @@ class RealNode:
     gpu_minors: list[int] = field(default_factory=lambda: list(range(8)))
     repo: Path | None = None  # the tree whose image the node gets (None: no nativedra image)
     image: str | None = None
+    kube_proxy: bool = False  # also run kube-proxy, so Services' ClusterIPs reach their pods
     _runtime: NodeRuntime | None = None
     _added_service_ip: bool = False
+    _kube_proxy_bin: Path | None = None
 
     @property
     def node_dir(self) -> Path:
@@ -297,7 +304,7 @@ class RealNode:
 
     def start(self) -> None:
         self._runtime = resolve_runtime()
-        kubelet = build_kubernetes(self.plane.binaries.version, ["kubelet"]) / "kubelet"
+        node_bin = build_kubernetes(self.plane.binaries.version, NODE_COMPONENTS)
         pause_image, pause_archive = build_pause_image()
         archives = [pause_archive]
         if self.repo is not None:
@@ -314,8 +321,10 @@ class RealNode:
                 self.ctr("images", "import", "--no-unpack=false", str(archive))
             self._check_containers(pause_image)
             self._start_service_forwarder()
-            self._start_kubelet(kubelet)
+            self._start_kubelet(node_bin / "kubelet")
             self._wait_registered()
+            if self.kube_proxy:
+                self._start_kube_proxy(node_bin / "kube-proxy")
         except BaseException:
             self.stop()
             raise
@@ -390,6 +399,20 @@ class RealNode:
             ],
         )
 
+    def _start_kube_proxy(self, binary: Path) -> None:
+        api = self.plane.api_client()
+        proxy.leave_kubernetes_service_to_forwarder(api)
+        kubeconfig = proxy.service_account_kubeconfig(
+            api, self.node_dir / "kube-proxy.kubeconfig", self.plane.server, self.plane.layout.certs.ca_cert
+        )
+        ports = {"healthz": free_port(), "metrics": free_port()}
+        config = self.node_dir / "kube-proxy-config.yaml"
+        config.write_text(yaml.safe_dump(proxy.kube_proxy_config(kubeconfig, self.name, POD_SUBNET, ports)))
+        self._kube_proxy_bin = binary  # recorded before it starts: teardown removes its rules
+        self._save_record()
+        self.plane.supervisor.spawn(proxy.PROCESS, binary, [f"--config={config}"])
+        self._wait(lambda: proxy.healthy(ports["healthz"]), proxy.PROCESS, "its first sync of the iptables rules")
+
     def _wait_registered(self) -> None:
         core = client.CoreV1Api(self.plane.api_client())
 
@@ -423,6 +446,7 @@ class RealNode:
             socket=str(containerd_socket(self.node_dir)),
             node_dir=str(self.node_dir),
             added_service_ip=self._added_service_ip,
+            kube_proxy=str(self._kube_proxy_bin) if self._kube_proxy_bin else None,
         )
 
     def _save_record(self) -> None:
@@ -436,6 +460,7 @@ class RealNode:
         names = {p.name for p in supervisor.processes}
         teardown(self.record, lambda name: supervisor.stop(name) if name in names else None)
         self._added_service_ip = False
+        self._kube_proxy_bin = None
         self.plane.notes.pop(RECORD_KEY, None)
 
 
@@ -448,11 +473,18 @@ class NodeRecord:
     socket: str
     node_dir: str
     added_service_ip: bool
+    kube_proxy: str | None = None  # its binary, when it ran: `--cleanup` removes its rules
 
 
 def teardown(record: NodeRecord, stop_process: Callable[[str], object]) -> None:
-    """Kubelet first (it would restart containers), then every container while containerd still
-    answers, containerd, leftover shims, the forwarder, mounts and the pod network."""
+    """kube-proxy and its iptables rules, the kubelet (it would restart containers), then every
+    container while containerd still answers, containerd, leftover shims, the forwarder, mounts and
+    the pod network."""
+    if record.kube_proxy:
+        stop_process(proxy.PROCESS)
+        cleaned = proxy.cleanup(Path(record.kube_proxy))
+        if cleaned.returncode != 0:
+            log.warning("kube-proxy --cleanup exited %d: %s", cleaned.returncode, cleaned.stderr.strip()[-1000:])
     stop_process(f"kubelet-{record.name}")
     _kill_containers(record)
     stop_process(f"containerd-{record.name}")

@@ -1,0 +1,134 @@
+"""The extender as shipped (manifests/base/extender.yaml: its Deployment behind its Service, serving
+HTTPS from the nativedra-extender-tls Secret) and kube-scheduler wired to it as
+manifests/scheduler/kube-scheduler-config.yaml ships, for a cluster whose host reaches Service
+ClusterIPs (a real node running kube-proxy).
+
+The host has no cluster DNS, so the scheduler's urlPrefix names the Service's ClusterIP; its
+tlsConfig.serverName keeps the check of the extender's certificate against the Service's DNS name,
+the name the shipped urlPrefix uses."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kubernetes import client
+
+from nativedra.cluster.pki import ExtenderTls
+
+MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
+NAMESPACE = "nativedra-system"
+NAME = "nativedra-extender"
+SELECTOR = "app.kubernetes.io/name=nativedra-extender"
+SERVICE_DNS = f"{NAME}.{NAMESPACE}.svc"
+
+
+def serving_pair(tls: ExtenderTls, dns_name: str) -> tuple[bytes, bytes]:
+    """A serving certificate for `dns_name` signed by `tls`'s CA, and its key (PEM): what the
+    openssl lines in manifests/base/extender.yaml (or cert-manager) make for the Service's name."""
+    ca_key = serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{tls.ca_key}: expected an EC key")
+    ca_cert = x509.load_pem_x509_certificate(tls.ca_cert.read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NAME)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(dns_name)]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def tls_secret(tls: ExtenderTls) -> dict[str, Any]:
+    """The Secret the shipped Deployment mounts: a serving certificate for the Service's DNS name and
+    the CA that signed the scheduler's client certificate (`tls.client_cert`)."""
+    cert, key = serving_pair(tls, SERVICE_DNS)
+    data = {"tls.crt": cert, "tls.key": key, "ca.crt": tls.ca_cert.read_bytes()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "nativedra-extender-tls", "namespace": NAMESPACE},
+        "data": {name: base64.b64encode(value).decode() for name, value in data.items()},
+    }
+
+
+def shipped_wiring(cluster_ip: str, tls: ExtenderTls) -> dict[str, Any]:
+    """manifests/scheduler/kube-scheduler-config.yaml's extender configuration with the Service's
+    ClusterIP for its DNS name in urlPrefix, serverName set to that name, and local certificate
+    files; every other field as shipped."""
+    shipped = yaml.safe_load((MANIFESTS / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    (extender,) = shipped["extenders"]
+    url = str(extender["urlPrefix"])
+    if f"//{SERVICE_DNS}:" not in url:
+        raise ValueError(f"the shipped urlPrefix {url} no longer names the Service {SERVICE_DNS}")
+    extender["urlPrefix"] = url.replace(f"//{SERVICE_DNS}:", f"//{cluster_ip}:")
+    extender["tlsConfig"] = {
+        "caFile": str(tls.ca_cert),
+        "certFile": str(tls.client_cert),
+        "keyFile": str(tls.client_key),
+        "serverName": SERVICE_DNS,
+    }
+    return {"percentageOfNodesToScore": shipped["percentageOfNodesToScore"], "extenders": [extender]}
+
+
+def extender_pods(api: client.ApiClient) -> list[Any]:
+    return list(client.CoreV1Api(api).list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items)
+
+
+def is_ready(pod: Any) -> bool:
+    conditions = {c.type: c.status for c in pod.status.conditions or []}
+    return pod.metadata.deletion_timestamp is None and conditions.get("Ready") == "True"
+
+
+def ready_endpoints(api: client.ApiClient) -> list[str]:
+    """Addresses of the Service's endpoints that are ready (what kube-proxy routes to)."""
+    slices = client.DiscoveryV1Api(api).list_namespaced_endpoint_slice(
+        NAMESPACE, label_selector=f"kubernetes.io/service-name={NAME}"
+    )
+    return [
+        address
+        for piece in slices.items
+        for endpoint in piece.endpoints or []
+        if endpoint.conditions and endpoint.conditions.ready
+        for address in endpoint.addresses
+    ]
+
+
+def restart_rollout(api: client.ApiClient) -> None:
+    """`kubectl rollout restart`: new pods, e.g. once the Secret the old ones waited for exists."""
+    stamp = {"kubectl.kubernetes.io/restartedAt": dt.datetime.now(dt.UTC).isoformat()}
+    body = {"spec": {"template": {"metadata": {"annotations": stamp}}}}
+    client.AppsV1Api(api).patch_namespaced_deployment(NAME, NAMESPACE, body)
+
+
+def rolled_out(api: client.ApiClient) -> bool:
+    """Every replica updated and Ready, and no pod of an older template left."""
+    deployment = client.AppsV1Api(api).read_namespaced_deployment(NAME, NAMESPACE)
+    status, wanted = deployment.status, deployment.spec.replicas
+    current = (
+        status.observed_generation == deployment.metadata.generation
+        and status.updated_replicas == wanted
+        and status.ready_replicas == wanted
+        and (status.replicas or 0) == wanted
+    )
+    return bool(current) and len(extender_pods(api)) == wanted
