@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from decimal import Decimal
 
@@ -25,27 +26,63 @@ class Matcher:
     # The floor; the Decider sizes it to what one plan touches (nodes x gangs). Entries keep old
     # usage objects alive, so a floor far above a small cluster's needs only holds garbage.
     FIT_CACHE_SIZE = 1_024
+    MAX_SHAPES = 65_536  # distinct matching-device shapes numbered at once
 
     def __init__(
         self, selectors: Selectors, driver: str, cache_size: int = CACHE_SIZE, fit_cache_size: int = FIT_CACHE_SIZE
     ) -> None:
         self.selectors = selectors
         self.driver = driver
-        self._cache: LruCache[tuple[str, tuple[str, ...]], tuple[Node, list[NodeDevice]]] = LruCache(cache_size)
+        self._cache: LruCache[tuple[str, tuple[str, ...]], tuple[Node, list[NodeDevice], int]] = LruCache(cache_size)
+        self._shapes: dict[tuple[object, ...], int] = {}  # see `matching_shape`
+        self._shape_ids = itertools.count()
         # (node name, id of the usage object, demand, limit) -> (node, usage, count, usage after): the
         # entry keeps the usage object alive, so its id cannot be reused while the entry is there.
         self.fits: LruCache[FitKey, tuple[Node, Usage, int, Usage]] = LruCache(fit_cache_size)
 
     def matching(self, node: Node, expressions: tuple[str, ...]) -> list[NodeDevice]:
+        return self._matching(node, expressions)[1]
+
+    def matching_shape(self, node: Node, expressions: tuple[str, ...]) -> int:
+        """A number for what placing and scoring read of `matching`'s devices (names, NUMA node,
+        type, sharing, capacities, the counters they draw on and those counters' totals): nodes
+        with equal numbers and equal usage fit and score a pod of these selectors alike."""
+        return self._matching(node, expressions)[2]
+
+    def _matching(self, node: Node, expressions: tuple[str, ...]) -> tuple[Node, list[NodeDevice], int]:
         key = (node.name, expressions)
         cached = self._cache.get(key)
         if cached is not None and cached[0] is node:
-            return cached[1]
+            return cached
         found = [
             d for d in node.devices.values() if not d.tainted and self.selectors.all_match(list(expressions), d.view)
         ]
-        self._cache.put(key, (node, found))
-        return found
+        entry = (node, found, self._shape_id(node, found))
+        self._cache.put(key, entry)
+        return entry
+
+    def _shape_id(self, node: Node, found: list[NodeDevice]) -> int:
+        shape = tuple(
+            (
+                d.name,
+                d.attribute("numaNode"),
+                d.attribute("type"),
+                d.multi,
+                d.consumes,
+                d.groups,
+                tuple((s, tuple(sorted(node.counters.get(s, {}).items()))) for s, _ in d.consumes),
+                tuple(sorted((n, str(c.get("value"))) for n, c in (d.raw.get("capacity") or {}).items()))
+                if d.multi
+                else (),
+            )
+            for d in found
+        )
+        number = self._shapes.get(shape)
+        if number is None:
+            if len(self._shapes) >= self.MAX_SHAPES:
+                self._shapes.clear()  # numbers are never reused: only sharing restarts
+            number = self._shapes[shape] = next(self._shape_ids)
+        return number
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -91,16 +128,20 @@ def _attribute_key(attribute: str, driver: str) -> str:
     return name if domain == driver else attribute
 
 
+def device_attribute(device: NodeDevice, attribute: str, driver: str) -> str:
+    """A request's matchAttribute value on `device`, as allocation groups devices by it."""
+    return str(device.attribute(_attribute_key(attribute, driver)))
+
+
 def _pick(
     node: Node, usage: Usage, request: Request, candidates: list[NodeDevice], driver: str
 ) -> list[tuple[NodeDevice, dict[str, Decimal]]] | None:
     """The devices that serve `request`, each with what it takes of them."""
     groups: list[list[NodeDevice]] = [candidates]
     if request.match_attribute:
-        key = _attribute_key(request.match_attribute, driver)
         by_value: dict[object, list[NodeDevice]] = defaultdict(list)
         for device in candidates:
-            by_value[str(device.attribute(key))].append(device)
+            by_value[device_attribute(device, request.match_attribute, driver)].append(device)
         groups = sorted(by_value.values(), key=len)  # the tightest group that fits keeps bigger ones whole
     for group in groups:
         working = usage.copy()

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from extender.capacity import Matcher, place
+from extender.capacity import Matcher, device_attribute, place
 from extender.cel_eval import Selectors
 from extender.config import ExtenderConfig
 from extender.current_plan import CurrentPlan
@@ -67,6 +67,12 @@ class Decider:
         # change. At most SCORE_DEMANDS demands (least recently used out), each at most twice the
         # view's nodes (cleared past that).
         self._scores: LruCache[Demand, dict[str, tuple[Node, Usage, int]]] = LruCache(self.SCORE_DEMANDS)
+        # demand -> (shape of the matching devices, id of the usage) -> (usage, score): one score
+        # serves every node built and used alike, so a new pod shape is scored once per kind of
+        # node, not once per node. Bounded like `_scores`.
+        self._shared_scores: LruCache[Demand, dict[tuple[object, ...], tuple[Usage, int]]] = LruCache(
+            self.SCORE_DEMANDS
+        )
 
     def demand(self, view: ClusterView, pod: dict[str, Any]) -> Demand:
         return demand_of(pod, view.claims, view.templates, view.classes, self.config.driver)
@@ -181,6 +187,10 @@ class Decider:
         if known is None or len(known) > 2 * len(view.nodes):
             known = {}
             self._scores.put(demand, known)
+        shared = self._shared_scores.get(demand)
+        if shared is None or len(shared) > 2 * len(view.nodes):
+            shared = {}
+            self._shared_scores.put(demand, shared)
         scores = {}
         for name in names:
             node = view.nodes.get(name)
@@ -192,7 +202,24 @@ class Decider:
             if cached is not None and cached[0] is node and cached[1] is used:
                 scores[name] = cached[2]
                 continue
-            value = score(node, used, demand, self.matcher, self.config.weights)
+            alike = (self._matching_key(node, demand), id(used))
+            found = shared.get(alike)
+            if found is not None and found[0] is used:  # the entry holds `used`: its id is not reused
+                value = found[1]
+            else:
+                value = score(node, used, demand, self.matcher, self.config.weights)
+                shared[alike] = (used, value)
             known[name] = (node, used, value)
             scores[name] = value
         return scores
+
+    def _matching_key(self, node: Node, demand: Demand) -> tuple[object, ...]:
+        """What a node's score reads of the devices its requests match (their shape), and the
+        values of any attribute a request asks to be equal."""
+        key: list[object] = []
+        for request in demand.requests:
+            key.append(self.matcher.matching_shape(node, request.selectors))
+            if request.match_attribute:
+                devices = self.matcher.matching(node, request.selectors)
+                key.append(tuple(device_attribute(d, request.match_attribute, self.config.driver) for d in devices))
+        return tuple(key)

@@ -212,6 +212,15 @@ class Usage:
         counters = _subtract_amounts(self.counters, base.counters)
         return Usage(self.devices - base.devices, shared, counters)
 
+    def fingerprint(self) -> tuple[Any, ...]:
+        """Equal for equal usages: the state keeps one object per value (see ClusterState)."""
+        return (
+            frozenset(self.devices),
+            tuple((d, tuple(sorted(c.items()))) for d, c in sorted(self.shared.items())),
+            tuple((s, tuple(sorted(c.items()))) for s, c in sorted(self.counters.items())),
+            tuple(sorted(self.groups.items(), key=lambda item: item[0])),
+        )
+
     def copy(self) -> Usage:
         return Usage(
             set(self.devices),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from bisect import bisect_right
 from collections import defaultdict
 from typing import Any
@@ -87,6 +88,8 @@ class ClusterState:
         self._affinity_pods: set[Key] = set()
         # Devices kept for preemptors (extender.reservation), by Lease; added to their nodes' usage.
         self._reservations: dict[Key, Reservation] = {}
+        # One usage object per value, while some node has it (see `_canonical`).
+        self._usages: weakref.WeakValueDictionary[tuple[Any, ...], Usage] = weakref.WeakValueDictionary()
         # What the last view handed out, replaced (never changed) when something changed since.
         self._snapshots: dict[str, dict[Key, dict[str, Any]]] = {}
         self._nodes_view: dict[str, Node] = {}
@@ -262,6 +265,15 @@ class ClusterState:
         self._reservations[key] = reservation
         self._dirty_usage.update(reservation.nodes)
 
+    def _canonical(self, usage: Usage) -> Usage:
+        """The one object of this value: nodes used alike share it, so a score or fit worked out
+        for one serves them all, and thousands of full nodes hold one usage, not thousands."""
+        key = usage.fingerprint()
+        found = self._usages.get(key)
+        if found is None:
+            self._usages[key] = found = usage
+        return found
+
     def _kept(self, node: str, usage: Usage) -> Usage:
         """`usage` with the devices kept on `node` for preemptors."""
         for reservation in self._reservations.values():
@@ -313,7 +325,8 @@ class ClusterState:
                 for k in self._claims_by_node[name]
                 if k in self.objects["resourceclaims"]
             ]
-            rebuilt = self._kept(name, usage_from(claims, {name: self._nodes[name]}, self.driver)[name])
+            claimed = usage_from(claims, {name: self._nodes[name]}, self.driver)[name]
+            rebuilt = self._canonical(self._kept(name, claimed))
             if self._usage.get(name) != rebuilt:  # an update that changes nothing keeps the object
                 self._usage[name] = usage[name] = rebuilt
         self._dirty_usage.clear()
