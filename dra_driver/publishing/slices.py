@@ -72,8 +72,11 @@ def _common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, Any]:
         attributes["driverVersion"] = {"version": semver(inventory.driver_version)}
     if inventory.cuda_driver_version:
         attributes["cudaDriverVersion"] = {"version": semver(inventory.cuda_driver_version)}
-    if gpu.numa_node is not None:
+    if gpu.numa_node is not None:  # unknown NUMA (sysfs -1): omitted, as the standard says
         attributes["numaNode"] = {"int": gpu.numa_node}
+        # KEP-6072's standard name, so a claim can align a GPU with another driver's NIC or CPU
+        # (matchAttribute); a scalar, as drivers publish it while DRAListTypeAttributes is off.
+        attributes["resource.kubernetes.io/numaNode"] = {"int": gpu.numa_node}
     if gpu.pcie_root:
         attributes["resource.kubernetes.io/pcieRoot"] = {"string": gpu.pcie_root}
     return attributes

@@ -60,7 +60,9 @@ def assert_within_api_limits(specs: list[dict[str, Any]]) -> None:
         for device in devices:
             assert DNS_LABEL.match(device["name"]), device["name"]
             assert len(device["attributes"]) + len(device.get("capacity", {})) <= MAX_ATTRIBUTES_AND_CAPACITIES
-            for key, value in device["attributes"].items():
+            for key, value in [*device["attributes"].items(), *device.get("capacity", {}).items()]:
+                # Kubernetes 1.38 refuses qualified names with more than one "/".
+                assert key.count("/") <= 1, key
                 local = key.split("/")[-1]
                 assert C_IDENTIFIER.match(local), key
                 for text in value.values():
@@ -85,6 +87,7 @@ def test_h100_layout() -> None:
     assert devices["gpu-0"]["attributes"]["cudaComputeCapability"] == {"version": "9.0.0"}
     assert devices["gpu-0"]["attributes"]["driverVersion"] == {"version": "550.90.7"}
     assert devices["gpu-4"]["attributes"]["numaNode"] == {"int": 1}
+    assert devices["gpu-4"]["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 1}
     assert devices["gpu-4"]["attributes"]["resource.kubernetes.io/pciBusID"] == {"string": "0000:9a:00.0"}
     assert devices["gpu-4"]["attributes"]["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:97"}
 
@@ -237,3 +240,13 @@ def test_a_faulty_gpu_is_left_out_where_taints_are_not_kept() -> None:
     left_out = {d["name"] for d in devices_of(build_slices(faulty, PublishConfig(omit_unhealthy=True), "node-a"))}
     assert not any(name == "gpu-2" or name.startswith("gpu-2-") for name in left_out)
     assert "gpu-3" in left_out
+
+
+def test_a_gpu_of_unknown_numa_node_publishes_neither_numa_attribute() -> None:
+    inventory = h100()
+    unknown = inventory.model_copy(
+        update={"gpus": tuple(g.model_copy(update={"numa_node": None}) for g in inventory.gpus)}
+    )
+    for device in devices_of(build_slices(unknown, PublishConfig(), "node-a")):
+        attributes = device.get("attributes") or {}
+        assert "numaNode" not in attributes and "resource.kubernetes.io/numaNode" not in attributes, device["name"]
