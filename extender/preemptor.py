@@ -23,6 +23,7 @@ from kubernetes import client
 
 from extender.decide import Decider
 from extender.demand import allocated_node
+from extender.kueue import managed_by_kueue
 from extender.lag import created_at
 from extender.lag import pod_key as _pod_key
 from extender.leader import LeaderLease
@@ -143,7 +144,7 @@ class Preemption:
         found: list[tuple[int, float, Preemptor, list[dict[str, Any]]]] = []
         driver = self.decider.config.driver
         for key, pod in view.pods.items():
-            if not self._may_wait(view, pod) or self.decider.gang(view, pod) is not None:
+            if not self._may_wait(view, pod) or managed_by_kueue(pod) or self.decider.gang(view, pod) is not None:
                 continue
             if name_of(key) in view.reservations or allocated_node(pod, view.claims, driver) is not None:
                 continue
@@ -160,7 +161,7 @@ class Preemption:
             waiting = [pod for pod in pods if not (pod.get("spec") or {}).get("nodeName")]
             if not waiting or not any(unschedulable(pod) for pod in waiting):
                 continue
-            if not all(may_preempt(pod) and not terminating(pod) for pod in pods):
+            if not all(may_preempt(pod) and not terminating(pod) and not managed_by_kueue(pod) for pod in pods):
                 continue
             priority = min(priority_of(pod) for pod in pods)
             found.append((priority, min(created_at(p) for p in pods), gang_preemptor(gang, view, priority), waiting))

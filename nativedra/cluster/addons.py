@@ -1,17 +1,20 @@
-"""The JobSet and LeaderWorkerSet controllers, built from their Go modules and run on loopback with
-their own CRDs and admission webhooks: where another project defines the behaviour, the local
+"""The JobSet, LeaderWorkerSet and Kueue controllers, built from their Go modules and run on loopback
+with their own CRDs and admission webhooks: where another project defines the behaviour, the local
 cluster runs that project's code, never objects shaped like its output.
 
 Each controller is built once into `~/.cache/nativedra/addons/<name>/<version>/bin`. Its CRDs and
 webhook configurations come from the downloaded module's `config/` directory; the webhooks are
 rewritten to call `https://127.0.0.1:<port>/<path>` with the local cluster's CA, and the controller
-serves them with the apiserver's loopback certificate (its SANs include 127.0.0.1).
+serves them with the apiserver's loopback certificate (its SANs include 127.0.0.1). Kueue runs
+with the one Configuration of `nativedra.cluster.kueue_config` (its gates and why are said there);
+its CRDs' conversion webhooks (v1beta1 <-> v1beta2) are pointed at the controller once it serves.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import os
 import shutil
 import ssl
 import time
@@ -24,6 +27,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from nativedra.cluster import kueue_config
 from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, free_port
 from nativedra.cluster.gobuild import BuildLock, build_programs, cache_root, download, go_env
 from nativedra.cluster.processes import RecordedProcess, alive, tail
@@ -42,7 +46,9 @@ class Addon:
     main_package: str
     config_api_version: str
     crd_dirs: tuple[str, ...]  # relative to the module's source
-    webhook_dir: str  # a kustomize directory: manifests.yaml + JSON6902 patches
+    webhook_dir: str  # a kustomize directory: manifests.yaml + JSON6902 or inline strategic patches
+    # CRDs (by name) whose kustomization turns on the conversion webhook at /convert
+    conversion_crds: tuple[str, ...] = ()
 
     @property
     def binary(self) -> str:
@@ -68,7 +74,24 @@ LWS = Addon(
     crd_dirs=("config/crd/bases",),
     webhook_dir="config/webhook",
 )
-ADDONS = {addon.name: addon for addon in (JOBSET, LWS)}
+KUEUE = Addon(
+    name="kueue",
+    module="sigs.k8s.io/kueue",
+    version="v0.17.0",
+    main_package="sigs.k8s.io/kueue/cmd/kueue",
+    config_api_version=kueue_config.CONFIG_API_VERSION,
+    crd_dirs=("config/components/crd/bases",),
+    webhook_dir="config/components/webhook",
+    # config/components/crd/kustomization.yaml: patches/webhook_in_<plural>.yaml
+    conversion_crds=(
+        "localqueues.kueue.x-k8s.io",
+        "clusterqueues.kueue.x-k8s.io",
+        "cohorts.kueue.x-k8s.io",
+        "workloads.kueue.x-k8s.io",
+        "multikueueclusters.kueue.x-k8s.io",
+    ),
+)
+ADDONS = {addon.name: addon for addon in (JOBSET, LWS, KUEUE)}
 
 
 def _home(addon: Addon) -> Path:
@@ -138,6 +161,15 @@ def webhook_configurations(addon: Addon, root: Path, url: str, ca_bundle: bytes)
     kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
     documents = [d for d in yaml.safe_load_all((directory / "manifests.yaml").read_text()) if d]
     for patch in kustomization.get("patches") or []:
+        if "patch" in patch:  # inline strategic merge (Kueue): the target is the patch's own kind and name
+            inline = yaml.safe_load(patch["patch"])
+            documents = [
+                kueue_config.strategic_webhook_patch(d, inline)
+                if (d["kind"], d["metadata"]["name"]) == (inline["kind"], inline["metadata"]["name"])
+                else d
+                for d in documents
+            ]
+            continue
         target = patch["target"]
         operations = yaml.safe_load((directory / patch["path"]).read_text())
         documents = [
@@ -153,7 +185,22 @@ def webhook_configurations(addon: Addon, root: Path, url: str, ca_bundle: bytes)
     return documents
 
 
+def conversions(addon: Addon, root: Path, url: str, ca_bundle: bytes) -> list[dict[str, Any]]:
+    """The CRDs whose conversion webhook the upstream kustomization enables, calling `url`."""
+    wanted = set(addon.conversion_crds)
+    if not wanted:
+        return []
+    encoded = base64.b64encode(ca_bundle).decode()
+    return [
+        {**crd, "spec": {**crd["spec"], "conversion": kueue_config.conversion_webhook(url, encoded)}}
+        for crd in crds(addon, root)
+        if crd["metadata"]["name"] in wanted
+    ]
+
+
 def controller_config(addon: Addon, webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
+    if addon is KUEUE:
+        return kueue_config.configuration(webhook_port, health_port, cert_dir)
     return {
         "apiVersion": addon.config_api_version,
         "kind": "Configuration",
@@ -183,16 +230,41 @@ def _wait(probe: Any, what: str, process: RecordedProcess) -> None:
     raise ControlPlaneError(f"{what} not ready after {READY_TIMEOUT_S:.0f}s; log:\n{tail(process.log)}")
 
 
+def kueue_metrics_certificate(cert: Path, key: Path, directory: Path = kueue_config.METRICS_CERT_DIR) -> None:
+    """Kueue v0.17 loads a metrics serving certificate from a fixed path whenever its internal
+    certificate management is off (cmd/kueue/main.go), even with metrics disabled, and exits
+    without one. Any valid pair will do (no metrics listener runs): one already there is kept (another
+    local cluster's), else this cluster's loopback pair is copied there, atomically."""
+    if (directory / "tls.crt").is_file() and (directory / "tls.key").is_file():
+        return
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for source_file, name in ((key, "tls.key"), (cert, "tls.crt")):
+            partial = directory / f".{name}.{os.getpid()}"
+            shutil.copyfile(source_file, partial)
+            partial.replace(directory / name)
+    except OSError as error:
+        raise ControlPlaneError(
+            f"Kueue {KUEUE.version} needs a certificate at {directory}/tls.crt and tls.key (read at start even "
+            f"with metrics off) and {directory} could not be written ({error}); create it once as root, "
+            f"e.g. copy any serving certificate and key there"
+        ) from error
+
+
 def start_addon(plane: ControlPlane, api: client.ApiClient, addon: Addon) -> None:
     """Build (once), install the CRDs, run the controller with its webhooks on loopback, and
     register the webhooks once they answer."""
     binary, root = build_addon(addon), source(addon)
-    apply_documents(api, crds(addon, root))
+    definitions = crds(addon, root)
+    apply_documents(api, definitions)
+    _wait_established(api, [d["metadata"]["name"] for d in definitions])
     home = plane.state_dir / "addons" / addon.name
     cert_dir = home / "certs"
     cert_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(plane.layout.certs.serving_cert, cert_dir / "tls.crt")
     shutil.copyfile(plane.layout.certs.serving_key, cert_dir / "tls.key")
+    if addon is KUEUE:
+        kueue_metrics_certificate(cert_dir / "tls.crt", cert_dir / "tls.key")
     ca = plane.layout.certs.ca_cert
     context = ssl.create_default_context(cafile=str(ca))
     for attempt in range(1, PORT_ATTEMPTS + 1):
@@ -211,8 +283,11 @@ def start_addon(plane: ControlPlane, api: client.ApiClient, addon: Addon) -> Non
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
                 return bool(response.status == 200)
 
-        configurations = webhook_configurations(addon, root, f"https://127.0.0.1:{webhook_port}", ca.read_bytes())
-        paths = sorted({w["clientConfig"]["url"] for d in configurations for w in d["webhooks"]})
+        url = f"https://127.0.0.1:{webhook_port}"
+        configurations = webhook_configurations(addon, root, url, ca.read_bytes()) + conversions(
+            addon, root, url, ca.read_bytes()
+        )
+        paths = sorted({w["clientConfig"]["url"] for d in configurations for w in d.get("webhooks") or []})
 
         def serving_webhooks(paths: list[str] = paths) -> bool:
             """Every path has its handler: the controller serves TLS before it registers them
@@ -231,6 +306,25 @@ def start_addon(plane: ControlPlane, api: client.ApiClient, addon: Addon) -> Non
     apply_documents(api, configurations)
 
 
+def _wait_established(api: client.ApiClient, names: list[str]) -> None:
+    """Until the apiserver serves every CRD: a controller started before exits on "no matches for
+    kind" (Kueue sets up its indexes first thing)."""
+    extensions = client.ApiextensionsV1Api(api)
+
+    def established(name: str) -> bool:
+        crd = extensions.read_custom_resource_definition(name)
+        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    waiting = list(names)
+    while waiting:
+        waiting = [name for name in waiting if not established(name)]
+        if waiting and time.monotonic() > deadline:
+            raise ControlPlaneError(f"CRDs not established after {READY_TIMEOUT_S:.0f}s: {', '.join(waiting)}")
+        if waiting:
+            time.sleep(0.2)
+
+
 def _registered(url: str, context: ssl.SSLContext) -> bool:
     request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"}, method="POST")
     try:
@@ -238,3 +332,17 @@ def _registered(url: str, context: ssl.SSLContext) -> bool:
             return True
     except urllib.error.HTTPError as error:
         return error.code != 404
+
+
+def stop_addon(plane: ControlPlane, api: client.ApiClient, addon: Addon) -> None:
+    """Unregister the controller's webhooks, then stop it: a plane shared with later tests must not
+    keep webhooks (failurePolicy Fail) that nothing answers. Its CRDs and objects stay."""
+    admission = client.AdmissionregistrationV1Api(api)
+    prefix = f"nativedra-{addon.name}-"
+    for item in admission.list_mutating_webhook_configuration().items:
+        if item.metadata.name.startswith(prefix):
+            admission.delete_mutating_webhook_configuration(item.metadata.name)
+    for item in admission.list_validating_webhook_configuration().items:
+        if item.metadata.name.startswith(prefix):
+            admission.delete_validating_webhook_configuration(item.metadata.name)
+    plane.supervisor.stop(f"{addon.name}-controller")

@@ -1,0 +1,385 @@
+"""Kueue in front: the real Kueue v0.17.0 controller admits JobSets and LeaderWorkerSets (real
+controllers, their webhooks) by a quota that counts nativedra GPUs, and the real kube-scheduler
+calling the extender places what Kueue admitted, whole, in the domain Kueue chose; the two never
+contradict each other.
+
+Kueue runs with nativedra's one Configuration (nativedra/cluster/kueue_config.py): DRA quota on
+(`deviceClassMappings`, Kueue's alpha `DynamicResourceAllocation` gate), the extender marker left
+out of quota. Kueue v0.17 has no support for Kubernetes' native PodGroup (README, "Kueue").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from extender.config import RACK_LABEL
+from kube.names import GPU_CLASS
+from kube.resources import JOBSETS
+from nativedra.cluster import ControlPlane, wait_for
+from nativedra.cluster.addons import JOBSET, LWS
+from nativedra.cluster.kueue_config import (
+    WHOLE_GPUS,
+    cluster_queue,
+    flavor_quota,
+    local_queue,
+    resource_flavor,
+    topology,
+)
+from nativedra.objects import claim_template, request
+from nativedra.workload_objects import pods_with
+from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace
+from testkit.kueue import (
+    REQUIRED_TOPOLOGY,
+    admitted,
+    apply,
+    condition,
+    create_queued_jobset,
+    create_queued_lws,
+    delete_cluster_scoped,
+    ensure_addon,
+    kueue_objects,
+    kueue_running,
+    pod_template,
+    topology_domains,
+    workload_of,
+)
+
+log = logging.getLogger(__name__)
+TEST_LABEL = "e2e.nativedra.dev/test"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+# Rounds of the TAS test (issue 22 asks for 20; NATIVEDRA_KUEUE_TAS_ROUNDS=20 runs them all).
+TAS_ROUNDS = int(os.environ.get("NATIVEDRA_KUEUE_TAS_ROUNDS", "6"))
+NODE_CPU = 8  # TAS test: allocatable cpu of a node = its GPUs, and GPU pods ask 1 cpu per GPU
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane: ControlPlane) -> Iterator[ExtenderCluster]:
+    """The session's plane, its scheduler calling the extender, the JobSet and LWS controllers (kept
+    for the session, as e2e/test_workload_controllers.py does) and Kueue for this module only."""
+    root = Path(tempfile.mkdtemp(prefix="nd-kueue-", dir="/tmp"))
+    try:
+        with extender_cluster(root, {"planTimeoutSeconds": 600}, shared=control_plane) as harness:
+            for addon in (JOBSET, LWS):
+                ensure_addon(harness.plane, harness.api, addon)
+            with kueue_running(harness.plane, harness.api):
+                yield harness
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class Team:
+    """One test's namespace, nodes and Kueue objects (cleaned up after the test)."""
+
+    cluster: ExtenderCluster
+    namespace: str
+    test: str
+    cluster_queues: list[str]
+    flavors: list[str]
+    topologies: list[str]
+
+    @property
+    def api(self) -> client.ApiClient:
+        return self.cluster.api
+
+    def nodes(self, layout: dict[str, int], cpu: int | None = None) -> dict[str, str]:
+        """node -> rack; with `cpu`, the nodes' allocatable cpu (Kueue's TAS sees only that)."""
+        rack_of = {
+            node: rack
+            for rack, count in layout.items()
+            for node in self.cluster.add_gpu_nodes(count, {TEST_LABEL: self.test, RACK_LABEL: rack})
+        }
+        if cpu is not None:
+            core = client.CoreV1Api(self.api)
+            resources = {"cpu": str(cpu), "memory": "1Ti", "pods": "250"}
+            for node in rack_of:
+                core.patch_node_status(node, {"status": {"capacity": resources, "allocatable": resources}})
+        return rack_of
+
+    def queue(self, name: str, groups: list[tuple[list[str], list[dict[str, Any]]]], **fields: Any) -> str:
+        """A ClusterQueue for this test's namespace and a LocalQueue of the same name in it."""
+        full = f"{name}-{self.test}"
+        selector = {"matchLabels": {"kubernetes.io/metadata.name": self.namespace}}
+        apply(self.api, cluster_queue(full, groups, namespace_selector=selector, **fields))
+        apply(self.api, local_queue(name, self.namespace, full))
+        self.cluster_queues.append(full)
+        return name
+
+    def flavor(self, name: str, topology_name: str | None = None) -> str:
+        full = f"{name}-{self.test}"
+        apply(self.api, resource_flavor(full, {TEST_LABEL: self.test}, topology_name))
+        self.flavors.append(full)
+        return full
+
+
+@pytest.fixture
+def team(cluster: ExtenderCluster) -> Iterator[Team]:
+    with fresh_namespace(cluster.api, "kq") as namespace:
+        claim_template(cluster.api, namespace, "eight", [request("gpus", GPU_CLASS, count=8)])
+        claim_template(cluster.api, namespace, "one", [request("gpus", GPU_CLASS, count=1)])
+        made = Team(cluster, namespace, uuid.uuid4().hex[:6], [], [], [])
+        try:
+            yield made
+        finally:
+            delete_cluster_scoped(cluster.api, "ClusterQueue", made.cluster_queues)
+            delete_cluster_scoped(cluster.api, "ResourceFlavor", made.flavors)
+            delete_cluster_scoped(cluster.api, "Topology", made.topologies)
+    cluster.remove_nodes()
+
+
+def _explain(api: client.ApiClient, namespace: str) -> str:
+    lines = []
+    for pod in client.CoreV1Api(api).list_namespaced_pod(namespace).items:
+        message = next((c.message for c in pod.status.conditions or [] if c.type == "PodScheduled"), "")
+        gates = [g.name for g in pod.spec.scheduling_gates or []]
+        lines.append(f"{pod.metadata.name} node={pod.spec.node_name} gates={gates} {pod.status.phase}: {message}")
+    for workload in kueue_objects(api, "Workload").get(namespace=namespace).items:
+        conditions = [(c["type"], c["status"], c.get("message", "")) for c in workload.status.get("conditions") or []]
+        lines.append(f"workload {workload.metadata.name}: {conditions}")
+    return "\n".join(lines) or "(nothing)"
+
+
+def _bound(api: client.ApiClient, namespace: str, selector: str) -> list[client.V1Pod]:
+    return [p for p in pods_with(api, namespace, selector) if p.spec.node_name]
+
+
+def _wait_bound(team: Team, selector: str, count: int, what: str, timeout: float = 180) -> float:
+    """Seconds until `count` pods matching `selector` are bound."""
+    started = time.monotonic()
+    wait_for(
+        lambda: len(_bound(team.api, team.namespace, selector)) == count,
+        timeout,
+        what,
+        lambda: _explain(team.api, team.namespace),
+    )
+    return time.monotonic() - started
+
+
+def _workload(team: Team, owner: dict[str, Any]) -> dict[str, Any] | None:
+    return workload_of(team.api, team.namespace, owner["metadata"]["uid"])
+
+
+def _wait_workload(team: Team, owner: dict[str, Any], test: Any, what: str, timeout: float = 60) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    def check() -> bool:
+        workload = _workload(team, owner)
+        if workload is not None and test(workload):
+            found["workload"] = workload
+            return True
+        return False
+
+    wait_for(check, timeout, what, lambda: _explain(team.api, team.namespace))
+    workload: dict[str, Any] = found["workload"]
+    return workload
+
+
+def _gpu_quota(team: Team, name: str, gpus: int, **fields: Any) -> str:
+    flavor = team.flavor(f"{name}-gpus")
+    return team.queue(name, [([WHOLE_GPUS], [flavor_quota(flavor, {WHOLE_GPUS: str(gpus)})])], **fields)
+
+
+def _finish(team: Team, selector: str) -> None:
+    """What a kubelet reports when the containers exit 0: the pods Succeeded."""
+    core = client.CoreV1Api(team.api)
+    for pod in pods_with(team.api, team.namespace, selector):
+        core.patch_namespaced_pod_status(pod.metadata.name, team.namespace, {"status": {"phase": "Succeeded"}})
+
+
+def test_two_jobsets_over_one_teams_quota_one_runs_whole_and_the_other_waits_suspended(team: Team) -> None:
+    """32 GPUs of quota on a 48-GPU cluster: the first 4 x 8-GPU JobSet is admitted and placed whole;
+    the second stays suspended with no pod and Kueue's reason, and runs whole once the first is done."""
+    team.nodes({"rack-a": 3, "rack-b": 3})
+    queue = _gpu_quota(team, "team-a", 32)
+    first = create_queued_jobset(team.api, team.namespace, "first", queue, replicas=4, template=pod_template("eight"))
+    took = _wait_bound(team, f"{JOBSET_NAME}=first", 4, "the first JobSet admitted and placed whole")
+    log.info("first JobSet: 4 pods bound %.1f s after creation", took)
+    second = create_queued_jobset(team.api, team.namespace, "second", queue, replicas=4, template=pod_template("eight"))
+    pending = _wait_workload(
+        team,
+        second,
+        lambda w: (condition(w, "QuotaReserved") or {}).get("status") == "False",
+        "Kueue's verdict on the second JobSet",
+    )
+    reason = condition(pending, "QuotaReserved")
+    assert reason is not None and "insufficient" in reason["message"].lower(), reason
+    log.info("the second JobSet waits: %s", reason["message"])
+    time.sleep(3)
+    assert JOBSETS.get(team.api, "second", team.namespace)["spec"]["suspend"] is True
+    assert pods_with(team.api, team.namespace, f"{JOBSET_NAME}=second") == [], "a suspended JobSet has no pods"
+    assert len(_bound(team.api, team.namespace, f"{JOBSET_NAME}=first")) == 4
+    _finish(team, f"{JOBSET_NAME}=first")
+    took = _wait_bound(team, f"{JOBSET_NAME}=second", 4, "the second JobSet admitted and placed whole", 240)
+    log.info("second JobSet: 4 pods bound %.1f s after the first finished", took)
+    assert admitted(_workload(team, second))
+    assert admitted(_workload(team, first)) or condition(_workload(team, first), "Finished") is not None
+
+
+def test_a_jobset_under_kueue_tas_is_placed_whole_in_the_rack_kueue_chose(team: Team) -> None:
+    """Kueue's TAS chooses the rack of a podset-required-topology JobSet from its own view (node cpu,
+    pods' cpu requests: GPU pods ask 1 cpu per GPU on nodes of 8 cpu), and the extender places every
+    pod inside it. Over several rounds on racks of uneven free capacity, 1-GPU pods outside Kueue
+    arriving and leaving in between: every pod bound, in Kueue's rack, none stuck."""
+    rng = random.Random(22)  # noqa: S311 - a reproducible test, not cryptography
+    name = f"racks-{team.test}"
+    apply(team.api, topology(name, [RACK_LABEL]))
+    team.topologies.append(name)
+    rack_of = team.nodes({"rack-a": 2, "rack-b": 3, "rack-c": 4}, cpu=NODE_CPU)
+    tas = team.flavor("tas", name)
+    gpus = team.flavor("gpus")
+    queue = team.queue(
+        "team-tas",
+        [(["cpu"], [flavor_quota(tas, {"cpu": "1000"})]), ([WHOLE_GPUS], [flavor_quota(gpus, {WHOLE_GPUS: "1000"})])],
+    )
+    singles: list[str] = []
+    durations = []
+    for round_ in range(TAS_ROUNDS):
+        singles += _singles_with_cpu(team, rng.randint(2, 6), rng, rack_of)
+        _wait_all_bound(team, list(singles), "the 1-GPU pods bound")
+        size = rng.choice([2, 3])
+        jobset_name = f"train-{round_}"
+        template = pod_template("eight", cpu=str(NODE_CPU), annotations={REQUIRED_TOPOLOGY: RACK_LABEL})
+        owner = create_queued_jobset(team.api, team.namespace, jobset_name, queue, replicas=size, template=template)
+        selector = f"{JOBSET_NAME}={jobset_name}"
+        took = _wait_bound(team, selector, size, f"round {round_}: the {size}-pod JobSet placed whole", 180)
+        workload = _workload(team, owner)
+        assert workload is not None and admitted(workload)
+        domains = topology_domains(workload)
+        chosen = {values[0] for values, _ in domains}
+        placed = {rack_of[p.spec.node_name] for p in _bound(team.api, team.namespace, selector)}
+        log.info("round %d: Kueue chose %s, pods placed in %s after %.1f s", round_, chosen, placed, took)
+        assert len(chosen) == 1 and placed == chosen, f"round {round_}: Kueue chose {domains}, pods in {placed}"
+        durations.append(took)
+        _finish(team, selector)
+        JOBSETS.delete_namespaced(team.api, jobset_name, team.namespace)
+        leaving = rng.sample(singles, k=min(len(singles), rng.randint(0, 4)))
+        for pod in leaving:
+            client.CoreV1Api(team.api).delete_namespaced_pod(pod, team.namespace, grace_period_seconds=0)
+        singles = [s for s in singles if s not in leaving]
+    log.info("TAS rounds: %d, time to bound per round %s", TAS_ROUNDS, [round(d, 1) for d in durations])
+
+
+def _wait_all_bound(team: Team, names: list[str], what: str) -> None:
+    wait_for(
+        lambda: len(bound(team.api, team.namespace, names)) == len(names),
+        120,
+        what,
+        lambda: _explain(team.api, team.namespace),
+    )
+
+
+def _singles_with_cpu(team: Team, count: int, rng: random.Random, rack_of: dict[str, str]) -> list[str]:
+    core = client.CoreV1Api(team.api)
+    racks = sorted(set(rack_of.values()))
+    names = []
+    for _ in range(count):
+        name = f"single-{uuid.uuid4().hex[:6]}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "nodeSelector": {TEST_LABEL: team.test, RACK_LABEL: rng.choice(racks)},
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.invalid/cuda:12",
+                        "resources": {"claims": [{"name": "gpus"}], "requests": {"cpu": "1"}},
+                    }
+                ],
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "one"}],
+            },
+        }
+        core.create_namespaced_pod(team.namespace, body)
+        names.append(name)
+    return names
+
+
+def test_a_leaderworkerset_through_kueues_pod_groups_is_admitted_and_placed_group_by_group(team: Team) -> None:
+    """Quota for one 2 x 8-GPU group: group 0 is admitted and placed whole; group 1 stays gated by
+    Kueue and holds nothing (a 1-GPU pod outside Kueue still gets a GPU); raising the quota admits
+    group 1, placed whole."""
+    team.nodes({"rack-a": 3})
+    queue = _gpu_quota(team, "team-lws", 16)
+    create_queued_lws(
+        team.api,
+        team.namespace,
+        "serve",
+        queue,
+        replicas=2,
+        size=2,
+        template=pod_template("eight", restart_policy="Always"),
+    )
+    selector = f"{LWS_NAME}=serve"
+    wait_for(lambda: len(pods_with(team.api, team.namespace, selector)) == 4, 60, "the LWS's 4 pods")
+    took = _wait_bound(team, selector, 2, "one LWS group admitted and placed whole", 180)
+    groups = {p.metadata.labels[LWS_GROUP] for p in _bound(team.api, team.namespace, selector)}
+    assert len(groups) == 1, f"one whole group, not halves of two: {groups}"
+    waiting = [p for p in pods_with(team.api, team.namespace, selector) if not p.spec.node_name]
+    assert all("kueue.x-k8s.io/admission" in [g.name for g in p.spec.scheduling_gates or []] for p in waiting)
+    single = _singles_with_cpu(team, 8, random.Random(1), dict.fromkeys(team.cluster.nodes, "rack-a"))  # noqa: S311
+    wait_for(
+        lambda: len(bound(team.api, team.namespace, single)) == 8,
+        120,
+        "1-GPU pods on the GPUs the gated group does not hold",
+        lambda: _explain(team.api, team.namespace),
+    )
+    for pod in single:
+        client.CoreV1Api(team.api).delete_namespaced_pod(pod, team.namespace, grace_period_seconds=0)
+    apply(
+        team.api,
+        cluster_queue(
+            f"team-lws-{team.test}",
+            [([WHOLE_GPUS], [flavor_quota(f"team-lws-gpus-{team.test}", {WHOLE_GPUS: "32"})])],
+            namespace_selector={"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
+        ),
+    )
+    took2 = _wait_bound(team, selector, 4, "the second group admitted and placed whole once quota allows", 180)
+    log.info("LWS: first group bound after %.1f s, second %.1f s after the quota was raised", took, took2)
+    per_group: dict[str, int] = {}
+    for pod in _bound(team.api, team.namespace, selector):
+        per_group[pod.metadata.labels[LWS_GROUP]] = per_group.get(pod.metadata.labels[LWS_GROUP], 0) + 1
+    assert per_group == {"0": 2, "1": 2}, per_group
+
+
+def test_cohort_borrowing_and_reclaim_move_whole_workloads(team: Team) -> None:
+    """Two teams of 16 GPUs in one cohort on 32 GPUs: team A's 32-GPU JobSet borrows team B's idle
+    quota and runs whole; team B's 16-GPU JobSet reclaims it: Kueue evicts A whole (no pod of it left
+    holding GPUs), B is placed whole, and the extender evicts nothing of its own."""
+    team.nodes({"rack-a": 2, "rack-b": 2})
+    cohort = f"co-{team.test}"
+    reclaim = {"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"}
+    queue_a = _gpu_quota(team, "team-a", 16, cohort=cohort, preemption=reclaim)
+    queue_b = _gpu_quota(team, "team-b", 16, cohort=cohort, preemption=reclaim)
+    borrower = create_queued_jobset(
+        team.api, team.namespace, "big", queue_a, replicas=4, template=pod_template("eight")
+    )
+    took = _wait_bound(team, f"{JOBSET_NAME}=big", 4, "team A's JobSet placed whole on borrowed quota")
+    log.info("borrowing JobSet bound after %.1f s", took)
+    started = time.monotonic()
+    owner = create_queued_jobset(team.api, team.namespace, "own", queue_b, replicas=2, template=pod_template("eight"))
+    took = _wait_bound(team, f"{JOBSET_NAME}=own", 2, "team B's JobSet placed whole after reclaiming", 240)
+    log.info("reclaiming JobSet bound %.1f s after creation", time.monotonic() - started)
+    assert _bound(team.api, team.namespace, f"{JOBSET_NAME}=big") == [], "the reclaimed JobSet left whole"
+    assert JOBSETS.get(team.api, "big", team.namespace)["spec"]["suspend"] is True
+    evicted = condition(_workload(team, borrower), "Evicted")
+    assert evicted is not None and evicted["status"] == "True", evicted
+    assert admitted(_workload(team, owner))
+    events = client.CoreV1Api(team.api).list_namespaced_event(team.namespace).items
+    assert not [e for e in events if e.reason == "Preempted" and "nativedra" in (e.source.component or "")]

@@ -1,0 +1,101 @@
+"""Kueue admits and, under TAS, chooses the domain; the extender places: pods Kueue still gates are
+in no plan and hold nothing, a gang Kueue pinned to a rack is planned inside it, and the extender
+never preempts for pods Kueue manages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from extender.config import ExtenderConfig
+from extender.decide import Decider
+from extender.gang import KUEUE_REQUIRED
+from extender.kueue import ADMISSION_GATE, TOPOLOGY_GATE, gated_by_kueue, managed_by_kueue
+from extender.membership import GangSources, work_out
+from testkit.builders import CREATED, DRIVER, claim_template, jobset, jobset_pod, pod, racks, view
+
+SOON_AFTER = datetime.fromisoformat(CREATED.replace("Z", "+00:00")).timestamp() + 10
+TEMPLATES = [claim_template("one", 1), claim_template("eight", 8)]
+
+
+def _gated(member: dict[str, Any], gate: str) -> dict[str, Any]:
+    member["spec"]["schedulingGates"] = [{"name": gate}]
+    return member
+
+
+def _kueue_tas_pod(completion: int, *, rack: str | None, gate: str | None = None) -> dict[str, Any]:
+    """A pod of a 4-pod JobSet that Kueue admitted with podset-required-topology: rack. Ungated
+    (`gate` None) it carries the nodeSelector Kueue's TopologyUngater wrote; gated it has none yet.
+    Later completions are newer (the newest waiting member stands for the gang)."""
+    member = jobset_pod("train", "workers", 0, completion, template="eight")
+    member["metadata"]["annotations"][KUEUE_REQUIRED] = "rack"
+    member["metadata"]["labels"]["kueue.x-k8s.io/podset"] = "workers"
+    member["metadata"]["creationTimestamp"] = f"2026-11-29T00:00:0{completion}Z"
+    if rack is not None:
+        member["spec"]["nodeSelector"] = {"rack": rack}
+    return _gated(member, gate) if gate else member
+
+
+@pytest.mark.parametrize("gate", [ADMISSION_GATE, TOPOLOGY_GATE])
+def test_a_pod_kueue_gates_is_managed_by_kueue_and_no_gang_member(gate: str) -> None:
+    member = _gated(pod("g-0", labels={"nativedra.dev/gang": "g", "nativedra.dev/gang-size": "2"}), gate)
+    assert gated_by_kueue(member) and managed_by_kueue(member)
+    entry = work_out(member, {}, {}, GangSources({}, {}, {}, None, DRIVER))
+    assert entry.ref is None and entry.member is None
+
+
+def test_other_gates_and_plain_pods_are_left_to_the_extender() -> None:
+    other = _gated(pod("g-0", labels={"nativedra.dev/gang": "g", "nativedra.dev/gang-size": "1"}), "example.com/x")
+    assert not gated_by_kueue(other) and not managed_by_kueue(other)
+    entry = work_out(other, {}, {}, GangSources({}, {}, {}, None, DRIVER))
+    assert entry.ref is not None, "a gate of another controller does not hide the pod's gang"
+    assert not managed_by_kueue(pod("plain"))
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations"),
+    [
+        ({"kueue.x-k8s.io/queue-name": "team-a"}, {}),
+        ({"kueue.x-k8s.io/managed": "true"}, {}),
+        ({"kueue.x-k8s.io/podset": "workers"}, {}),
+        ({"kueue.x-k8s.io/cluster-queue-name": "team-a"}, {}),
+        ({}, {"kueue.x-k8s.io/workload": "jobset-train-1a2b3"}),
+    ],
+)
+def test_pods_of_kueue_workloads_are_managed_by_kueue(labels: dict[str, str], annotations: dict[str, str]) -> None:
+    assert managed_by_kueue(pod("p", labels=labels, annotations=annotations))
+
+
+def test_a_gang_kueue_pinned_to_a_rack_is_planned_there_while_newer_members_are_still_gated() -> None:
+    """Rack a is the tighter fit, so the extender alone would choose it; Kueue chose rack b. Were the
+    gated members (no nodeSelector yet, and the newest) counted, they would stand for the gang and
+    plan it into rack a, which the ungated members' nodeSelector forbids."""
+    members = [
+        _kueue_tas_pod(0, rack="b"),
+        _kueue_tas_pod(1, rack="b"),
+        _kueue_tas_pod(2, rack=None, gate=TOPOLOGY_GATE),
+        _kueue_tas_pod(3, rack=None, gate=TOPOLOGY_GATE),
+    ]
+    spec = jobset("train", [("workers", 1, 4)])
+    cluster = view(racks({"a": 4, "b": 6}), pods=members, templates=TEMPLATES, jobsets=[spec])
+    decider = Decider(ExtenderConfig())
+    passing, failed, path = decider.filter(cluster, members[0], sorted(cluster.nodes), now=SOON_AFTER)
+    assert path == "gang"
+    assert passing and {name.split("-")[0] for name in passing} == {"b"}, failed
+    plan = decider.plans.plan(cluster, None, SOON_AFTER).plans["ns/jobset:train"]
+    assert plan.feasible and sum(plan.slots.values()) == 4, plan
+    assert {name.split("-")[0] for name in plan.slots} == {"b"}, f"planned outside Kueue's rack: {plan.slots}"
+
+
+def test_a_gang_kueue_has_not_admitted_holds_nothing() -> None:
+    """All 8 GPUs of the only rack: a gated gang must leave them to a plain pod."""
+    members = [_kueue_tas_pod(i, rack=None, gate=ADMISSION_GATE) for i in range(2)]
+    plain = pod("single", template="one", created=CREATED)
+    spec = jobset("train", [("workers", 1, 2)])
+    cluster = view(racks({"a": 2}), pods=[*members, plain], templates=TEMPLATES, jobsets=[spec])
+    decider = Decider(ExtenderConfig())
+    assert "ns/jobset:train" not in decider.plans.plan(cluster, None, SOON_AFTER).plans
+    passing, failed, _ = decider.filter(cluster, plain, sorted(cluster.nodes), now=SOON_AFTER)
+    assert sorted(passing) == ["a-0", "a-1"], failed
