@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kube.pods import pod_claim_names
+from kube.pods import CLASS_RESOURCE_PREFIX, extended_claim_name, extended_resources, pod_claim_names
 from kube.units import quantity
 
 
@@ -131,7 +131,35 @@ def demand_of(
             unresolved.append(f"a DeviceClass of claim {reference['name']!r}")
         else:
             requests.extend(found)
+    special = extended_claim_name(pod)
+    allocated = special is not None and ((claims.get((namespace, special)) or {}).get("status") or {}).get("allocation")
+    if include_allocated or not allocated:
+        requests.extend(extended_requests(pod, classes, driver))
     return Demand(tuple(requests), tuple(unresolved))
+
+
+def extended_requests(pod: dict[str, Any], classes: dict[str, dict[str, Any]], driver: str) -> list[Request]:
+    """What the pod's extended resources ask of our devices (DRAExtendedResource): each resource
+    named by one of our DeviceClasses (its extendedResourceName, or the implicit
+    deviceclass.resource.kubernetes.io/<class>) is a request of that many devices of the class,
+    as the scheduler's special claim for the pod will ask. Other extended resources are a device
+    plugin's, not ours."""
+    asked = extended_resources(pod)
+    if not asked:
+        return []
+    by_resource = {}
+    for name, device_class in classes.items():
+        by_resource[CLASS_RESOURCE_PREFIX + name] = name
+        named = (device_class.get("spec") or {}).get("extendedResourceName")
+        if named:
+            by_resource[named] = name
+    requests = []
+    for resource, count in sorted(asked.items()):
+        class_name = by_resource.get(resource)
+        selectors = _class_selectors(classes, class_name) if class_name else None
+        if selectors is not None and count > 0 and any(driver in s for s in selectors):
+            requests.append(Request(selectors=selectors, count=count))
+    return requests
 
 
 def _reserved_for(claim: dict[str, Any], pod: dict[str, Any]) -> bool:
@@ -151,7 +179,7 @@ def allocated_node(pod: dict[str, Any], claims: dict[tuple[str, str], dict[str, 
     between, the pod's devices are already in use, so the pod is placed, not waiting. A shared
     claim allocated earlier for other pods does not place this one until it is reserved for it."""
     namespace = pod["metadata"]["namespace"]
-    for claim_name in pod_claim_names(pod).values():
+    for claim_name in [*pod_claim_names(pod).values(), extended_claim_name(pod)]:
         claim = claims.get((namespace, claim_name)) if claim_name else None
         if claim is None or not _reserved_for(claim, pod):
             continue

@@ -22,7 +22,7 @@ from extender.kueue import gated_by_kueue
 from extender.lag import pod_key, timestamp
 from extender.plan_model import Entry, Gang, Member
 from extender.view import ClusterView
-from kube.pods import pod_claim_names
+from kube.pods import extended_claim_name, pod_claim_names
 
 Key = tuple[str, str]
 Dependency = tuple[str, Key]  # ("resourceclaims" | "resourceclaimtemplates", (namespace, name))
@@ -59,7 +59,8 @@ def _bound_at(pod: dict[str, Any]) -> float | None:
 def dependencies(pod: dict[str, Any]) -> frozenset[Dependency]:
     """The claims and templates a pod's member is worked out from."""
     namespace = pod["metadata"]["namespace"]
-    claims = [("resourceclaims", (namespace, name)) for name in pod_claim_names(pod).values() if name]
+    names = [*pod_claim_names(pod).values(), extended_claim_name(pod)]
+    claims = [("resourceclaims", (namespace, name)) for name in names if name]
     templates = [
         ("resourceclaimtemplates", (namespace, reference["resourceClaimTemplateName"]))
         for reference in (pod.get("spec") or {}).get("resourceClaims") or []

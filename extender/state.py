@@ -25,6 +25,7 @@ from extender.membership import GangSources, MemberIndex
 from extender.node_usage import Node, Usage, nodes_from, usage_from
 from extender.reservation import Reservation, ReservationError, from_lease
 from extender.view import ClusterView
+from kube.pods import extended_claim_name, extended_resources
 
 log = logging.getLogger(__name__)
 NATIVE_KINDS = ("nativepodgroups", "nativepodgroups-v1alpha2")
@@ -38,8 +39,14 @@ def _key(obj: dict[str, Any]) -> Key:
 
 
 def _relevant_pod(pod: dict[str, Any]) -> bool:
-    """Pods that can matter: with claims, or in a gang."""
-    return bool((pod.get("spec") or {}).get("resourceClaims")) or may_belong_to_gang(pod)
+    """Pods that can matter: with claims (the scheduler's special claim for extended resources
+    among them, or extended resources it may make one for), or in a gang."""
+    return (
+        bool((pod.get("spec") or {}).get("resourceClaims"))
+        or may_belong_to_gang(pod)
+        or extended_claim_name(pod) is not None
+        or bool(extended_resources(pod))
+    )
 
 
 def _has_pod_affinity(pod: dict[str, Any]) -> bool:

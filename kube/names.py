@@ -23,6 +23,17 @@ MIG_CLASS = "gpu-mig.nativedra.dev"
 SHARE_CLASS = "gpu-share.nativedra.dev"
 """... and consumable shares."""
 
+WHOLE_GPU_RESOURCE = "nativedra.dev/gpu"
+"""The extendedResourceName of GPU_CLASS: pods asking `nativedra.dev/gpu: N` as of a device plugin."""
+
+CLASS_RESOURCES = (WHOLE_GPU_RESOURCE,)
+"""The extended resources our DeviceClasses name (DRAExtendedResource). The scheduler's
+managedResources list them beside the marker: a pod asking for them is never marked (kube-scheduler's
+DRA plugin refuses a pod with a DRA-backed extended resource and any extended resource no node has,
+the marker included), so they send it to the extender themselves. A class's implicit name
+(deviceclass.resource.kubernetes.io/<class>) cannot be listed there (the scheduler refuses names in
+kubernetes.io domains): pods asking for it are placed by the scheduler alone."""
+
 CDI_VENDOR = f"k8s.{DRIVER_NAME}"
 CDI_CLASS = "claim"
 CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"

@@ -8,8 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from kube.names import EXTENDER_MARKER
+from kube.names import CLASS_RESOURCES, EXTENDER_MARKER
 from nativedra.cluster.pki import ExtenderTls
+
+
+def managed_resources() -> list[dict[str, Any]]:
+    """The marker, ignored by the scheduler (no node has it), and our DeviceClasses' extended
+    resources, which its DRA plugin counts (see kube.names.CLASS_RESOURCES)."""
+    return [
+        {"name": EXTENDER_MARKER, "ignoredByScheduler": True},
+        *({"name": name, "ignoredByScheduler": False} for name in CLASS_RESOURCES),
+    ]
 
 
 def scheduler_extra(port: int, tls: ExtenderTls | None = None, *, marked: bool = True) -> dict[str, Any]:
@@ -25,7 +34,7 @@ def scheduler_extra(port: int, tls: ExtenderTls | None = None, *, marked: bool =
         "httpTimeout": "10s",
     }
     if marked:
-        extender["managedResources"] = [{"name": EXTENDER_MARKER, "ignoredByScheduler": True}]
+        extender["managedResources"] = managed_resources()
     if tls:
         extender["enableHTTPS"] = True
         extender["tlsConfig"] = {

@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from extender.gang import IDENTITY_LABELS, may_belong_to_gang
-from kube.names import EXTENDER_MARKER
+from kube.names import CLASS_RESOURCES, EXTENDER_MARKER
+from kube.pods import CLASS_RESOURCE_PREFIX
+from nativedra.cluster.scheduler_config import managed_resources
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 SECOND = MANIFESTS / "overlays" / "second-scheduler"
@@ -51,9 +53,54 @@ PODS = {
     "a claim": _pod(resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "one"}]),
     "no claims listed": _pod(resourceClaims=[]),
     "native PodGroup member": _pod(schedulingGroup={"podGroupName": "train"}),
+    "extended resource of our class": _pod(
+        containers=[{"name": "c", "resources": {"limits": {"nativedra.dev/gpu": "2"}}}]
+    ),
+    "a class by its implicit name": _pod(
+        initContainers=[
+            {"name": "i", "resources": {"requests": {"deviceclass.resource.kubernetes.io/gpu.nativedra.dev": "1"}}}
+        ]
+    ),
+    "a device plugin's resource": _pod(containers=[{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]),
+    "a claim and a device plugin's resource": _pod(
+        resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "one"}],
+        containers=[{"name": "c", "resources": {"requests": {"example.com/nic": "1"}}}],
+    ),
+    "a gang member with cpu only": _pod(
+        {"nativedra.dev/gang": "g"}, containers=[{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]
+    ),
     "empty scheduling group": _pod(schedulingGroup={}),
     **{f"gang label {label}": _pod({label: "x"}) for label in IDENTITY_LABELS},
 }
+
+
+def _class_resources() -> set[str]:
+    """The extendedResourceNames of the shipped DeviceClasses, and each class's implicit name."""
+    classes = _documents(MANIFESTS / "base" / "deviceclasses.yaml")
+    named = {c["spec"]["extendedResourceName"] for c in classes if c["spec"].get("extendedResourceName")}
+    return named | {CLASS_RESOURCE_PREFIX + c["metadata"]["name"] for c in classes}
+
+
+@pytest.mark.parametrize("wiring", sorted(POLICIES))
+def test_pods_asking_our_classes_as_extended_resources_are_sent_by_managed_resources_not_marked(wiring: str) -> None:
+    """kube-scheduler's DRA plugin refuses a pod with a DRA-backed extended resource and the marker
+    ("cannot fit resource"): such pods are never marked, and the scheduler sends them for the
+    resource itself."""
+    path, scheduler = POLICIES[wiring]
+    managed = {r["name"]: r["ignoredByScheduler"] for r in _extender_of(wiring)["managedResources"]}
+    assert {r for r in _class_resources() if not r.startswith(CLASS_RESOURCE_PREFIX)} == set(CLASS_RESOURCES)
+    for resource in _class_resources():
+        pod = _pod(resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "one"}])
+        pod["spec"]["containers"] = [{"name": "c", "resources": {"limits": {resource: "1"}}}]
+        assert not _marked(path, _scheduled_by(pod, scheduler)), resource
+        if not resource.startswith(CLASS_RESOURCE_PREFIX):  # the scheduler refuses kubernetes.io names there
+            assert managed[resource] is False, "counted by the DRA plugin, not ignored"
+    assert managed[EXTENDER_MARKER] is True
+
+
+def _resources(container: dict[str, Any]) -> list[str]:
+    resources = container.get("resources") or {}
+    return [*(resources.get("limits") or {}), *(resources.get("requests") or {})]
 
 
 def _scheduled_by(pod: dict[str, Any], scheduler: str) -> dict[str, Any]:
@@ -65,8 +112,10 @@ def _scheduled_by(pod: dict[str, Any], scheduler: str) -> dict[str, Any]:
 def test_a_policy_marks_exactly_the_pods_the_extender_serves(wiring: str, name: str) -> None:
     path, scheduler = POLICIES[wiring]
     pod = _scheduled_by(PODS[name], scheduler)
+    asks = [r for c in (*pod["spec"]["containers"], *pod["spec"].get("initContainers", [])) for r in _resources(c)]
+    extended = any("/" in r for r in asks)
     served = bool(pod["spec"].get("resourceClaims")) or may_belong_to_gang(pod)
-    assert _marked(path, pod) == served
+    assert _marked(path, pod) == (served and not extended)
 
 
 @pytest.mark.parametrize("wiring", sorted(POLICIES))
@@ -93,7 +142,7 @@ def test_the_marker_is_added_on_create_and_is_what_its_scheduler_manages_and_ign
     binding = next(d for d in _documents(path) if d["kind"] == "MutatingAdmissionPolicyBinding")
     assert binding["spec"]["policyName"] == _policy(path)["metadata"]["name"]
     assert binding["metadata"]["name"] == _policy(path)["metadata"]["name"], "withdrawn by one name"
-    assert _extender_of(wiring)["managedResources"] == [{"name": EXTENDER_MARKER, "ignoredByScheduler": True}]
+    assert _extender_of(wiring)["managedResources"] == managed_resources()
 
 
 def test_the_default_schedulers_policy_goes_with_its_wiring_not_with_the_base() -> None:

@@ -1,0 +1,99 @@
+"""Device-plugin-style requests on DRA (DRAExtendedResource, GA and on by default in 1.37): a pod
+with `nativedra.dev/gpu: N` in its limits and no claim, against the real scheduler calling the
+extender as shipped. The class gpu.nativedra.dev names that resource, so the scheduler makes the pod
+a claim of N whole GPUs on one node; the scheduler's managedResources send the pod to the extender
+(never the marker, which the DRA plugin would refuse beside such a resource), and the extender counts
+its demand like a claim's, so a gang of such pods is placed whole or not at all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kube.names import EXTENDER_MARKER
+from kube.resources import RESOURCE_CLAIMS
+from nativedra.cluster import ControlPlane, wait_for
+from testkit.extender_harness import (
+    ExtenderCluster,
+    bound,
+    extender_cluster,
+    fresh_namespace,
+    wait_judged_unschedulable,
+)
+
+pytestmark = pytest.mark.timeout(600)
+RESOURCE = "nativedra.dev/gpu"
+
+
+@pytest.fixture(scope="module")
+def harness(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExtenderCluster]:
+    with extender_cluster(Path(tmp_path_factory.mktemp("extended")), {}, shared=control_plane) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def namespace(harness: ExtenderCluster) -> Iterator[str]:
+    with fresh_namespace(harness.api, "extended") as name:
+        try:
+            yield name
+        finally:
+            harness.remove_nodes()
+
+
+def _legacy_pod(
+    api: client.ApiClient, namespace: str, name: str, gpus: int, labels: dict[str, str] | None = None
+) -> None:
+    """A pod written as for a device plugin: the GPUs in its limits, no resource claim."""
+    container = {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"limits": {RESOURCE: str(gpus)}}}
+    body = {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"containers": [container], "terminationGracePeriodSeconds": 0},
+    }
+    client.CoreV1Api(api).create_namespaced_pod(namespace, body)
+
+
+def _special_claim(api: client.ApiClient, namespace: str, pod: str) -> dict[str, Any] | None:
+    status = client.CoreV1Api(api).read_namespaced_pod(pod, namespace).status
+    claim_status = status.extended_resource_claim_status
+    if claim_status is None or not claim_status.resource_claim_name:
+        return None
+    return RESOURCE_CLAIMS.get(api, claim_status.resource_claim_name, namespace)
+
+
+def test_a_pod_asking_gpus_in_its_limits_gets_them_on_one_node_through_a_claim(
+    harness: ExtenderCluster, namespace: str
+) -> None:
+    api = harness.api
+    harness.add_gpu_nodes(2)
+    _legacy_pod(api, namespace, "legacy", 2)
+    node = wait_for(lambda: bound(api, namespace, ["legacy"]).get("legacy"), 60, "the pod bound")
+    claim = wait_for(lambda: _special_claim(api, namespace, "legacy"), 30, "the scheduler's claim for the pod")
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 2 and {r["pool"] for r in results} == {node}
+    assert {r["driver"] for r in results} == {"gpu.nativedra.dev"}
+    assert all(r["device"].startswith("gpu-") and r["device"].count("-") == 1 for r in results), "whole GPUs"
+    pod = client.CoreV1Api(api).read_namespaced_pod("legacy", namespace)
+    # Never marked: the scheduler's DRA plugin would refuse it with the marker; the scheduler's
+    # managedResources send it to the extender for nativedra.dev/gpu itself.
+    assert EXTENDER_MARKER not in (pod.spec.containers[0].resources.limits or {})
+
+
+def test_a_gang_of_such_pods_waits_whole_where_it_cannot_fit_and_is_placed_whole_where_it_can(
+    harness: ExtenderCluster, namespace: str
+) -> None:
+    """Three members of 8 GPUs on two free nodes: none is bound (the extender knows each needs 8).
+    A third node arrives: all three are bound."""
+    api = harness.api
+    harness.add_gpu_nodes(2)
+    members = [f"train-{index}" for index in range(3)]
+    labels = {"nativedra.dev/gang": "train", "nativedra.dev/gang-size": "3"}
+    for name in members:
+        _legacy_pod(api, namespace, name, 8, labels)
+    wait_judged_unschedulable(api, namespace, members)
+    assert bound(api, namespace, members) == {}, "no member placed before the whole gang fits"
+    harness.add_gpu_nodes(1)
+    wait_for(lambda: len(bound(api, namespace, members)) == 3, 60, "the gang bound whole")
