@@ -59,6 +59,7 @@ from testkit.kueue import (
 
 log = logging.getLogger(__name__)
 TEST_LABEL = "e2e.nativedra.dev/test"
+HOSTNAME = "kubernetes.io/hostname"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
@@ -189,8 +190,10 @@ def _wait_workload(team: Team, owner: dict[str, Any], test: Any, what: str, time
     return workload
 
 
-def _gpu_quota(team: Team, name: str, gpus: int, **fields: Any) -> str:
-    flavor = team.flavor(f"{name}-gpus")
+def _gpu_quota(team: Team, name: str, gpus: int, flavor: str | None = None, **fields: Any) -> str:
+    """A queue of `gpus` whole GPUs in `flavor` (default: a flavor of its own; queues of a cohort
+    lend and borrow quota of the flavors they share)."""
+    flavor = flavor or team.flavor(f"{name}-gpus")
     return team.queue(name, [([WHOLE_GPUS], [flavor_quota(flavor, {WHOLE_GPUS: str(gpus)})])], **fields)
 
 
@@ -231,13 +234,14 @@ def test_two_jobsets_over_one_teams_quota_one_runs_whole_and_the_other_waits_sus
 
 
 def test_a_jobset_under_kueue_tas_is_placed_whole_in_the_rack_kueue_chose(team: Team) -> None:
-    """Kueue's TAS chooses the rack of a podset-required-topology JobSet from its own view (node cpu,
-    pods' cpu requests: GPU pods ask 1 cpu per GPU on nodes of 8 cpu), and the extender places every
-    pod inside it. Over several rounds on racks of uneven free capacity, 1-GPU pods outside Kueue
-    arriving and leaving in between: every pod bound, in Kueue's rack, none stuck."""
+    """Kueue's TAS chooses the rack of a podset-required-topology JobSet, and each pod's host, from its
+    own view (node cpu, pods' cpu requests: GPU pods ask 1 cpu per GPU on nodes of 8 cpu; Kueue v0.17
+    TAS counts no DRA device), and every pod is placed on the host Kueue chose for it. Over several
+    rounds on racks of uneven free capacity, 1-GPU pods outside Kueue arriving and leaving in
+    between: every pod bound, in Kueue's rack, none stuck."""
     rng = random.Random(22)  # noqa: S311 - a reproducible test, not cryptography
     name = f"racks-{team.test}"
-    apply(team.api, topology(name, [RACK_LABEL]))
+    apply(team.api, topology(name, [RACK_LABEL, HOSTNAME]))
     team.topologies.append(name)
     rack_of = team.nodes({"rack-a": 2, "rack-b": 3, "rack-c": 4}, cpu=NODE_CPU)
     tas = team.flavor("tas", name)
@@ -260,10 +264,13 @@ def test_a_jobset_under_kueue_tas_is_placed_whole_in_the_rack_kueue_chose(team: 
         workload = _workload(team, owner)
         assert workload is not None and admitted(workload)
         domains = topology_domains(workload)
-        chosen = {values[0] for values, _ in domains}
-        placed = {rack_of[p.spec.node_name] for p in _bound(team.api, team.namespace, selector)}
-        log.info("round %d: Kueue chose %s, pods placed in %s after %.1f s", round_, chosen, placed, took)
+        hosts = {values[HOSTNAME]: count for values, count in domains}
+        chosen = {values.get(RACK_LABEL) or rack_of[values[HOSTNAME]] for values, _ in domains}
+        nodes = [p.spec.node_name for p in _bound(team.api, team.namespace, selector)]
+        placed = {rack_of[node] for node in nodes}
+        log.info("round %d: Kueue chose %s %s, pods placed in %s after %.1f s", round_, chosen, hosts, placed, took)
         assert len(chosen) == 1 and placed == chosen, f"round {round_}: Kueue chose {domains}, pods in {placed}"
+        assert {node: nodes.count(node) for node in nodes} == hosts, f"round {round_}: {domains} vs {nodes}"
         durations.append(took)
         _finish(team, selector)
         JOBSETS.delete_namespaced(team.api, jobset_name, team.namespace)
@@ -312,10 +319,10 @@ def _singles_with_cpu(team: Team, count: int, rng: random.Random, rack_of: dict[
 
 
 def test_a_leaderworkerset_through_kueues_pod_groups_is_admitted_and_placed_group_by_group(team: Team) -> None:
-    """Quota for one 2 x 8-GPU group: group 0 is admitted and placed whole; group 1 stays gated by
-    Kueue and holds nothing (a 1-GPU pod outside Kueue still gets a GPU); raising the quota admits
-    group 1, placed whole."""
-    team.nodes({"rack-a": 3})
+    """Quota for one 2 x 8-GPU group on 4 nodes: one group is admitted and placed whole; the other
+    stays gated by Kueue and holds nothing (16 1-GPU pods outside Kueue take the 2 nodes it would
+    need); once they are gone, raising the quota admits it, placed whole."""
+    team.nodes({"rack-a": 4})
     queue = _gpu_quota(team, "team-lws", 16)
     create_queued_lws(
         team.api,
@@ -333,15 +340,16 @@ def test_a_leaderworkerset_through_kueues_pod_groups_is_admitted_and_placed_grou
     assert len(groups) == 1, f"one whole group, not halves of two: {groups}"
     waiting = [p for p in pods_with(team.api, team.namespace, selector) if not p.spec.node_name]
     assert all("kueue.x-k8s.io/admission" in [g.name for g in p.spec.scheduling_gates or []] for p in waiting)
-    single = _singles_with_cpu(team, 8, random.Random(1), dict.fromkeys(team.cluster.nodes, "rack-a"))  # noqa: S311
+    single = _singles_with_cpu(team, 16, random.Random(1), dict.fromkeys(team.cluster.nodes, "rack-a"))  # noqa: S311
     wait_for(
-        lambda: len(bound(team.api, team.namespace, single)) == 8,
+        lambda: len(bound(team.api, team.namespace, single)) == 16,
         120,
         "1-GPU pods on the GPUs the gated group does not hold",
         lambda: _explain(team.api, team.namespace),
     )
     for pod in single:
         client.CoreV1Api(team.api).delete_namespaced_pod(pod, team.namespace, grace_period_seconds=0)
+    wait_for(lambda: not bound(team.api, team.namespace, single), 60, "the 1-GPU pods gone")
     apply(
         team.api,
         cluster_queue(
@@ -365,8 +373,9 @@ def test_cohort_borrowing_and_reclaim_move_whole_workloads(team: Team) -> None:
     team.nodes({"rack-a": 2, "rack-b": 2})
     cohort = f"co-{team.test}"
     reclaim = {"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"}
-    queue_a = _gpu_quota(team, "team-a", 16, cohort=cohort, preemption=reclaim)
-    queue_b = _gpu_quota(team, "team-b", 16, cohort=cohort, preemption=reclaim)
+    shared = team.flavor("gpus")
+    queue_a = _gpu_quota(team, "team-a", 16, shared, cohort=cohort, preemption=reclaim)
+    queue_b = _gpu_quota(team, "team-b", 16, shared, cohort=cohort, preemption=reclaim)
     borrower = create_queued_jobset(
         team.api, team.namespace, "big", queue_a, replicas=4, template=pod_template("eight")
     )

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from extender.kueue import gated_by_kueue, pinned_by_kueue
+
 GANG = "nativedra.dev/gang"
 GANG_SIZE = "nativedra.dev/gang-size"
 TOPOLOGY_REQUIRED = "nativedra.dev/topology-required"
@@ -162,7 +164,12 @@ def gang_of(
     pod_group_min: Mapping[tuple[str, str], int],
     native_groups: Mapping[tuple[str, str], NativeGroup] | None = None,
 ) -> GangRef | None:
-    """The pod's gang; `native_groups` are the native PodGroups, None where the API is not served."""
+    """The pod's gang; `native_groups` are the native PodGroups, None where the API is not served.
+    None for a pod Kueue still gates (not admitted, or its domain not written yet: it joins its gang
+    once Kueue lets it go, with Kueue's domain in its nodeSelector) and for one Kueue's TAS pinned
+    to a host (Kueue placed it; extender.kueue)."""
+    if gated_by_kueue(pod) or pinned_by_kueue(pod):
+        return None
     metadata = pod["metadata"]
     labels: dict[str, str] = metadata.get("labels") or {}
     annotations: dict[str, str] = metadata.get("annotations") or {}

@@ -7,6 +7,13 @@ extender places admitted pods. So:
   is in no plan and holds nothing. Once Kueue removes the gate, the TopologyUngater has already
   written the chosen domain into the pod's nodeSelector, which the extender's node selection obeys,
   so the gang is planned inside Kueue's domain only.
+- A pod Kueue's TAS pinned to one host (its Topology ends at `kubernetes.io/hostname`, and the
+  ungater wrote the host into the nodeSelector) is no gang member either: Kueue placed the whole
+  podset, host by host, and a plan of the extender's could only disagree. The scheduler's DRA
+  allocator still picks the devices on that host, and the extender still scores and filters the
+  pod as any pod outside a gang. With a Topology that stops above the host (e.g. at racks) Kueue
+  chooses a rack from the rack's summed capacity, blind to how it is split between nodes; the
+  gang is then planned inside that rack and may not fit there (README, "Kueue").
 - The extender never preempts for a pod Kueue manages: which workload runs when quota is short is
   Kueue's decision (its own preemption, cohort reclaim, fair sharing), and a Kueue-admitted pod that
   waits for devices is waiting for the workload Kueue evicted to leave. Evicting other pods for it
@@ -30,6 +37,12 @@ CLUSTER_QUEUE = "kueue.x-k8s.io/cluster-queue-name"  # the ClusterQueue that adm
 LOCAL_QUEUE = "kueue.x-k8s.io/local-queue-name"
 WORKLOAD = "kueue.x-k8s.io/workload"  # annotation of pods of a TAS-admitted workload
 MANAGED_LABELS = (QUEUE_NAME, MANAGED, PODSET, CLUSTER_QUEUE, LOCAL_QUEUE)
+TOPOLOGY_ANNOTATIONS = (
+    "kueue.x-k8s.io/podset-required-topology",
+    "kueue.x-k8s.io/podset-preferred-topology",
+    "kueue.x-k8s.io/podset-unconstrained-topology",
+)
+HOSTNAME = "kubernetes.io/hostname"
 
 
 def gated_by_kueue(pod: dict[str, Any]) -> bool:
@@ -45,3 +58,13 @@ def managed_by_kueue(pod: dict[str, Any]) -> bool:
     if any(label in labels for label in MANAGED_LABELS):
         return True
     return WORKLOAD in (metadata.get("annotations") or {}) or gated_by_kueue(pod)
+
+
+def pinned_by_kueue(pod: dict[str, Any]) -> bool:
+    """Kueue's TAS chose this pod's host: a TAS pod of a Kueue workload whose nodeSelector names
+    one host."""
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    if not any(key in annotations for key in TOPOLOGY_ANNOTATIONS) or not managed_by_kueue(pod):
+        return False
+    return HOSTNAME in ((pod.get("spec") or {}).get("nodeSelector") or {})

@@ -18,7 +18,6 @@ from typing import Any
 from extender.demand import allocated_node, demand_of
 from extender.eligibility import PlacedPods
 from extender.gang import JobSetShape, NativeGroup, gang_of
-from extender.kueue import gated_by_kueue
 from extender.lag import pod_key, timestamp
 from extender.plan_model import Entry, Gang, Member
 from extender.view import ClusterView
@@ -75,12 +74,8 @@ def work_out(
     templates: dict[Key, dict[str, Any]],
     sources: GangSources,
 ) -> Entry:
-    """The pod's gang and Member (its inter-pod affinity is worked out per plan: see `gangs_of`).
-    A pod Kueue still gates is no member yet: its gang is planned from the pods Kueue let go, whose
-    nodeSelector carries the domain Kueue chose (extender.kueue)."""
+    """The pod's gang and Member (its inter-pod affinity is worked out per plan: see `gangs_of`)."""
     if (pod.get("status") or {}).get("phase") == "Failed" or pod["metadata"].get("deletionTimestamp"):
-        return Entry(pod, None, None)
-    if gated_by_kueue(pod):
         return Entry(pod, None, None)
     ref = gang_of(pod, sources.jobsets, sources.pod_group_min, sources.native_groups)
     if ref is None:

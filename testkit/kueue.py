@@ -141,12 +141,15 @@ def admitted(workload: dict[str, Any] | None) -> bool:
     return found is not None and found["status"] == "True"
 
 
-def topology_domains(workload: dict[str, Any]) -> list[tuple[tuple[str, ...], int]]:
-    """Kueue's topology assignment of every podset: (domain values per level, pods there), from the
-    v1beta2 slice encoding (a level's values are either one universal value or prefix+root+suffix)."""
-    domains: list[tuple[tuple[str, ...], int]] = []
+def topology_domains(workload: dict[str, Any]) -> list[tuple[dict[str, str], int]]:
+    """Kueue's topology assignment of every podset: ({level label: value}, pods there), from the
+    v1beta2 slice encoding (a level's values are either one universal value or prefix+root+suffix;
+    Kueue keeps only the levels it needs, e.g. the hostname alone)."""
+    domains: list[tuple[dict[str, str], int]] = []
     for assignment in ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
-        for piece in (assignment.get("topologyAssignment") or {}).get("slices") or []:
+        topology_assignment = assignment.get("topologyAssignment") or {}
+        keys = topology_assignment.get("levels") or []
+        for piece in topology_assignment.get("slices") or []:
             count = int(piece.get("domainCount") or 1)
             levels = []
             for level in piece.get("valuesPerLevel") or []:
@@ -158,5 +161,6 @@ def topology_domains(workload: dict[str, Any]) -> list[tuple[tuple[str, ...], in
                     levels.append([f"{prefix}{root}{suffix}" for root in individual.get("roots") or []])
             pods = piece.get("podCounts") or {}
             counts = [pods["universal"]] * count if pods.get("universal") is not None else pods.get("individual") or []
-            domains.extend((tuple(values), int(n)) for *values, n in zip(*levels, counts, strict=True))
+            for *values, n in zip(*levels, counts, strict=True):
+                domains.append((dict(zip(keys, values, strict=True)), int(n)))
     return domains

@@ -12,9 +12,16 @@ import pytest
 from extender.config import ExtenderConfig
 from extender.decide import Decider
 from extender.gang import KUEUE_REQUIRED
-from extender.kueue import ADMISSION_GATE, TOPOLOGY_GATE, gated_by_kueue, managed_by_kueue
+from extender.kueue import (
+    ADMISSION_GATE,
+    HOSTNAME,
+    TOPOLOGY_GATE,
+    gated_by_kueue,
+    managed_by_kueue,
+    pinned_by_kueue,
+)
 from extender.membership import GangSources, work_out
-from testkit.builders import CREATED, DRIVER, claim_template, jobset, jobset_pod, pod, racks, view
+from testkit.builders import CREATED, DRIVER, claim_template, gpu_nodes, jobset, jobset_pod, pod, racks, view
 
 SOON_AFTER = datetime.fromisoformat(CREATED.replace("Z", "+00:00")).timestamp() + 10
 TEMPLATES = [claim_template("one", 1), claim_template("eight", 8)]
@@ -99,3 +106,29 @@ def test_a_gang_kueue_has_not_admitted_holds_nothing() -> None:
     assert "ns/jobset:train" not in decider.plans.plan(cluster, None, SOON_AFTER).plans
     passing, failed, _ = decider.filter(cluster, plain, sorted(cluster.nodes), now=SOON_AFTER)
     assert sorted(passing) == ["a-0", "a-1"], failed
+
+
+def test_pods_kueue_pinned_to_hosts_are_placed_there_not_planned_as_a_gang() -> None:
+    """Kueue's Topology ends at the host: it chose one host per pod (here across both racks' roomier
+    nodes, not the extender's best fit). Each pod may go to its host; no gang plan refuses them."""
+    members = [_kueue_tas_pod(i, rack="b") for i in range(3)]
+    for index, member in enumerate(members):
+        member["spec"]["nodeSelector"]["kubernetes.io/hostname"] = f"b-{index + 3}"
+    assert all(pinned_by_kueue(m) for m in members)
+    spec = jobset("train", [("workers", 1, 3)])
+    hosts = {
+        f"{rack}-{i}": {"rack": rack, HOSTNAME: f"{rack}-{i}"} for rack, n in (("a", 3), ("b", 6)) for i in range(n)
+    }
+    cluster = view(gpu_nodes(hosts), pods=members, templates=TEMPLATES, jobsets=[spec])
+    decider = Decider(ExtenderConfig())
+    assert "ns/jobset:train" not in decider.plans.plan(cluster, None, SOON_AFTER).plans
+    for index, member in enumerate(members):
+        passing, failed, _ = decider.filter(cluster, member, sorted(cluster.nodes), now=SOON_AFTER)
+        assert f"b-{index + 3}" in passing, failed
+
+
+def test_a_host_selector_alone_does_not_take_a_pod_out_of_its_gang() -> None:
+    member = jobset_pod("train", "workers", 0, 0, template="eight", node_selector={"kubernetes.io/hostname": "a-0"})
+    assert not pinned_by_kueue(member), "not Kueue's: the pod's own selector"
+    member["metadata"]["annotations"][KUEUE_REQUIRED] = "rack"
+    assert not pinned_by_kueue(member), "a Kueue annotation on a pod Kueue does not manage"
