@@ -111,8 +111,8 @@ def test_a_version_etcd_compacted_away_is_listed_again_and_the_state_ends_as_the
     compacted past the version it holds (and the API server restarted, so its cache starts from now):
     resuming, it is told 410, lists again, and holds exactly the pods the API has."""
     gate = _Gate()
-    real_lister = informer_module._lister
-    monkeypatch.setattr(informer_module, "_lister", lambda *args: gate.wrap(real_lister(*args)))
+    real_lister = informer_module.lister_of
+    monkeypatch.setattr(informer_module, "lister_of", lambda *args: gate.wrap(real_lister(*args)))
     caplog.set_level(logging.INFO, logger=informer_module.__name__)
     state = ClusterState(DRIVER_NAME)
     stop = threading.Event()

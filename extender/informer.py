@@ -82,7 +82,8 @@ class VersionGoneError(Exception):
     """The server no longer has the resourceVersion the watch asked for: list again."""
 
 
-def _lister(api: client.ApiClient, kind: str, namespace: str) -> Lister:
+def lister_of(api: client.ApiClient, kind: str, namespace: str) -> Lister:
+    """How to list and watch `kind` (the preemption Leases: those of `namespace`)."""
     core = client.CoreV1Api(api)
     lister: Lister
     if kind == "nodes":
@@ -159,7 +160,7 @@ def run_informer(
 ) -> None:
     """List, then watch for as long as the server keeps the version; list again only when it does
     not. `namespace` is the extender's own, where its preemption Leases live."""
-    lister = _lister(api, kind, namespace)
+    lister = lister_of(api, kind, namespace)
     while not stop.is_set():
         try:
             version = list_kind(lister, state, kind)

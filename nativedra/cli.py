@@ -14,6 +14,7 @@ from extender import cli as extender_cli
 from nativedra import __version__
 from nativedra.cluster import cli as cluster_cli
 from nativedra.demo import cli as demo_cli
+from nativedra.map import cli as map_cli
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -26,6 +27,7 @@ def _registrars() -> list[Registrar]:
         cert_renewal_cli.register,
         cluster_cli.register,
         demo_cli.register,
+        map_cli.register,
     ]
 
 

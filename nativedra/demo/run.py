@@ -21,10 +21,10 @@ from nativedra.cluster.commands import NodeDirs
 from nativedra.cluster.controlplane import free_port, stop_recorded
 from nativedra.cluster.extender_wiring import call_extender
 from nativedra.cluster.waits import http_ok
-from nativedra.demo.clustermap import read_map, render_svg, render_text
 from nativedra.demo.kubelet_step import play_kubelet
 from nativedra.demo.workloads import DEMO_NAMESPACE, apply_examples, bound_pods, gang_workloads, settled
 from nativedra.kubelet_client import make_dev_tree
+from nativedra.map.clustermap import read_map, render_svg, render_text
 from nativedra.objects import apply_file, device_classes, published_devices
 
 MAX_SIMULATED_GPUS = 16

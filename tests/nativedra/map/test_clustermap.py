@@ -13,7 +13,7 @@ from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import devices_and_counters, pack_slices
 from extender.gang import GANG, GANG_SIZE
 from kube.names import DRIVER_NAME
-from nativedra.demo.clustermap import BAR, GPU_W, ClusterMap, build_map, render_svg, render_text
+from nativedra.map.clustermap import BAR, GPU_W, ClusterMap, build_map, render_svg, render_text
 
 NODE = "node-a"
 INVENTORY = SimulatedBackend("h100-8x").discover()
