@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from bench import bench_extender, bench_native_gang, bench_prepare, bench_scheduler, bench_slices
+from bench import bench_extender, bench_native_gang, bench_preemption, bench_prepare, bench_scheduler, bench_slices
 from nativedra.cluster import ControlPlane, resolve
 
 BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]] = {
@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]]
     "extender": bench_extender.run,
     "scheduler": bench_scheduler.run,
     "native_gang": bench_native_gang.run,
+    "preemption": bench_preemption.run,
 }
 
 

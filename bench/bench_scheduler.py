@@ -30,7 +30,6 @@ API server the scheduler shares the two cores with. Figures go to bench-results/
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import time
@@ -41,38 +40,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 
+from bench.busy_nodes import CLIENT, GPUS, RACK_SIZE, WORKERS, busy_cluster, scheduler, workload_namespace
 from bench.timing import Timing, write_results
-from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.inventory import Inventory
-from dra_driver.publishing.publish_config import PublishConfig
-from dra_driver.publishing.publisher import SlicePublisher
-from dra_driver.publishing.slices import build_slices
 from extender.config import RACK_LABEL
 from extender.gang import TOPOLOGY_REQUIRED
-from kube.names import DRIVER_NAME, GPU_CLASS
-from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
-from nativedra.cluster import ControlPlane, create_fake_node, wait_for
-from nativedra.cluster.controlplane import free_port
-from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender
-from nativedra.cluster.pki import extender_tls
-from nativedra.objects import apply_file, claim_template, create_claim, device_classes, gpu_pod, request
+from kube.names import GPU_CLASS
+from nativedra.cluster import ControlPlane
+from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 from testkit.bindings import Bindings
-from testkit.extender_harness import ExtenderCluster, fresh_namespace, gang_pods
+from testkit.extender_harness import gang_pods
 
-RACK_SIZE = 16
-GANG_SIZE = 8
-GPUS = 8  # per node (a100-8x), and per gang member: a member takes a whole node
-WORKERS = 4  # client threads creating objects: enough to stay ahead of the scheduler on 2 cores
+GANG_SIZE = 8  # members of GPUS each: a member takes a whole node
 GANG_WAIT_S = 120.0  # a gang that never completes (no room, or a deadlock) costs this much, no more
 PODS_WAIT_S = 300.0
-CLEANUP_WAIT_S = 180.0
 MODES = ("without", "with")
-# Both modes lift kube-scheduler's client limit (default 50 requests/s, bursts of 100) so it is not
-# what caps the figure.
-CLIENT = {"clientConnection": {"qps": 1000, "burst": 2000}}
 # kube-controller-manager's client rate, lifted the same way for the whole benchmark plane: at its
 # default (20 requests/s) the controller making each pod's claim from its template (two writes per
 # pod) capped both modes at ~10 pods/s, so the ratio said nothing of the scheduler's and the
@@ -98,102 +81,6 @@ class Size:
 
 # At 100 nodes the workloads shrink to fit the 32 free nodes (256 GPUs).
 SIZES = (Size(100, pods=200, gangs=4), Size(500, pods=1000, gangs=20))
-
-
-def _absent(probe: Any, *args: Any) -> bool:
-    try:
-        probe(*args)
-    except client.ApiException as error:
-        if error.status == 404:
-            return True
-        raise
-    return False
-
-
-@contextlib.contextmanager
-def _workload_namespace(api: client.ApiClient, prefix: str) -> Iterator[str]:
-    """A fresh namespace; afterwards its pods are force-deleted and the namespace waited out, so
-    its claims are gone and the next workload starts from the same busy state."""
-    core = client.CoreV1Api(api)
-    with fresh_namespace(api, prefix) as namespace:
-        yield namespace
-        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-    wait_for(lambda: _absent(core.read_namespace, namespace), CLEANUP_WAIT_S, f"namespace {namespace} deleted")
-
-
-def _node(api: client.ApiClient, inventory: Inventory, name: str, rack: str) -> None:
-    create_fake_node(api, name, {RACK_LABEL: rack})
-    SlicePublisher(api, name).reconcile(build_slices(inventory, PublishConfig(fractions=()), name))
-
-
-def _occupy(api: client.ApiClient, namespace: str, node: str) -> None:
-    """`node` runs one pod holding all its GPUs: bound, its claim allocated and reserved for it."""
-    claim = create_claim(api, namespace, node, [request("gpus", GPU_CLASS, count=GPUS)])
-    spec = {
-        "nodeName": node,
-        "containers": [
-            {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
-        ],
-        "resourceClaims": [{"name": "gpus", "resourceClaimName": node}],
-        "terminationGracePeriodSeconds": 0,
-    }
-    pod = client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": {"name": node}, "spec": spec})
-    results = [{"request": "gpus", "driver": DRIVER_NAME, "pool": node, "device": f"gpu-{i}"} for i in range(GPUS)]
-    only_node = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-    claim["status"] = {
-        "allocation": {"devices": {"results": results}, "nodeSelector": {"nodeSelectorTerms": [only_node]}},
-        "reservedFor": [{"resource": "pods", "name": node, "uid": pod.metadata.uid}],
-    }
-    RESOURCE_CLAIMS.replace_status(api, node, claim, namespace)
-
-
-@contextlib.contextmanager
-def _busy_cluster(api: client.ApiClient, size: Size) -> Iterator[dict[str, str]]:
-    """`size.nodes` GPU nodes, all but `size.free_racks` whole racks fully busy; yields node -> rack.
-    Afterwards the busy pods, the nodes and their slices (owned by the nodes) are deleted and
-    waited out, so the next size starts from an empty cluster."""
-    inventory = load_profile(resolve_profile("a100-8x"))
-    rack_of = {f"s{size.nodes}-n{i:04d}": f"s{size.nodes}-rack-{i // RACK_SIZE:02d}" for i in range(size.nodes)}
-    busy = list(rack_of)[size.free_racks * RACK_SIZE :]
-    core = client.CoreV1Api(api)
-    with ThreadPoolExecutor(WORKERS) as pool, fresh_namespace(api, f"busy-{size.nodes}") as namespace:
-        list(pool.map(lambda item: _node(api, inventory, *item), rack_of.items()))
-        list(pool.map(lambda node: _occupy(api, namespace, node), busy))
-        try:
-            yield rack_of
-        finally:
-            core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-            list(pool.map(core.delete_node, rack_of))
-    wait_for(lambda: _absent(core.read_namespace, namespace), CLEANUP_WAIT_S, f"namespace {namespace} deleted")
-    wait_for(lambda: not _slices_of(api, rack_of), CLEANUP_WAIT_S, "the nodes' slices deleted")
-
-
-def _slices_of(api: client.ApiClient, nodes: dict[str, str]) -> list[str]:
-    """The names of slices still published for `nodes` (other benchmarks' nodes may have some)."""
-    items = RESOURCE_SLICES.list(api)["items"]
-    return [s["metadata"]["name"] for s in items if s["spec"].get("nodeName") in nodes]
-
-
-@contextlib.contextmanager
-def _scheduler(plane: ControlPlane, api: client.ApiClient, scratch: Path, mode: str) -> Iterator[None]:
-    """A freshly started scheduler, alone or calling a fresh extender process over mutual TLS;
-    afterwards the scheduler runs alone again, as the other benchmarks expect."""
-    if mode == "without":
-        plane.restart_scheduler(CLIENT)
-        yield
-        return
-    scratch.mkdir(parents=True)
-    tls = extender_tls(scratch / "tls")
-    config_file = scratch / "extender.yaml"
-    config_file.write_text(yaml.safe_dump({}))
-    extender = ExtenderCluster(plane, api, free_port(), free_port(), tls, config_file, scratch / "extender.log")
-    extender.start_extender()
-    try:
-        call_extender(plane, extender.port, tls, CLIENT)
-        yield
-    finally:
-        extender.kill_extender()
-        stop_calling_extender(plane)
 
 
 def _gangs(api: client.ApiClient, namespace: str, count: int, rack_of: dict[str, str]) -> dict[str, Any]:
@@ -267,15 +154,15 @@ def _size(
         "pods": {},
         "plain_pods": {},
     }
-    with _busy_cluster(api, size) as rack_of:
+    with busy_cluster(api, size.nodes, size.free_racks * RACK_SIZE, f"s{size.nodes}") as (rack_of, _):
         yield f"{size.nodes} nodes, {size.busy_nodes} of them busy ({size.busy_nodes / size.nodes:.0%} of the GPUs)"
         for mode in MODES:
-            with _scheduler(plane, api, scratch / f"{size.nodes}-{mode}", mode):
-                with _workload_namespace(api, f"gangs-{mode}") as namespace:
+            with scheduler(plane, api, scratch / f"{size.nodes}-{mode}", None if mode == "without" else {}):
+                with workload_namespace(api, f"gangs-{mode}") as namespace:
                     gangs = figures["gangs"][mode] = _gangs(api, namespace, size.gangs, rack_of)
-                with _workload_namespace(api, f"pods-{mode}") as namespace:
+                with workload_namespace(api, f"pods-{mode}") as namespace:
                     pods = figures["pods"][mode] = _pods(api, namespace, size.pods)
-                with _workload_namespace(api, f"plain-{mode}") as namespace:
+                with workload_namespace(api, f"plain-{mode}") as namespace:
                     plain = figures["plain_pods"][mode] = _pods(api, namespace, size.pods, gpus=False)
             yield f"  {mode:<7} extender: {_describe_pods(pods)}; {_describe_gangs(gangs)}"
             yield f"  {mode:<7} extender: {_describe_pods(plain, 'pods without claims')}"
