@@ -25,11 +25,12 @@ from extender.node_usage import Node, Usage, usage_from
 from extender.plan_model import Gang
 from extender.planner import gang_domains
 from extender.reservation import Reservation, Reserved, lease_name
-from extender.victims import Cost, Unit, cheapest
+from extender.victims import EXACT_FIT_TESTS, Cost, Unit, cheapest
 from extender.view import ClusterView
 
 Key = tuple[str, str]
 Slots = dict[str, int]  # node -> members placed there
+MIN_TESTS_PER_REGION = 64  # exact search in each region at least this far before the reprieve method
 
 
 def name_of(key: Key) -> str:
@@ -247,18 +248,23 @@ class _RegionFit:
         self.nodes = nodes
         self.units = units
         self.matcher = matcher
+        self._counted: dict[tuple[str, int], int] = {}  # (node, id of a usage Occupancy keeps) -> fits
 
     def evicted(self, chosen: frozenset[int]) -> frozenset[str]:
         return frozenset(pod for i in chosen for pod in self.units[i].pods)
 
     def counts(self, chosen: frozenset[int]) -> dict[str, int]:
+        """Members that fit per node; a node's count is worked out once per usage it can have
+        (a set of units frees only its own nodes, so most tests find most nodes counted)."""
         evicted = self.evicted(chosen)
         view, need = self.occupancy.view, self.preemptor.need
         counts = {}
         for name in self.nodes:
-            fits, _ = count_members(
-                view.nodes[name], self.occupancy.usage(name, evicted), self.preemptor.demand, need, self.matcher
-            )
+            usage = self.occupancy.usage(name, evicted)  # one object per usage the node can have
+            fits = self._counted.get((name, id(usage)))
+            if fits is None:
+                fits, _ = count_members(view.nodes[name], usage, self.preemptor.demand, need, self.matcher)
+                self._counted[(name, id(usage))] = fits
             if fits:
                 counts[name] = fits
         return counts
@@ -327,13 +333,17 @@ def decide(
     allowed = {budget.key: budget.allowed for budget in budgets}
     best: Decision | None = None
     most_room = 0
+    # One search budget for the whole decision, so many domains (a gang's racks) stay cheap, and
+    # each domain searched only for sets cheaper than the best found so far.
+    tests = max(MIN_TESTS_PER_REGION, EXACT_FIT_TESTS // max(1, len(preemptor.regions)))
     for region, nodes in sorted(preemptor.regions.items()):
         mine = _freeing(units, occupancy, nodes)
         region_units = [units[i] for i in mine]
         fit = _RegionFit(occupancy, preemptor, nodes, region_units, matcher)
-        choice = cheapest(region_units, allowed, fit)
+        choice = cheapest(region_units, allowed, fit, exact_tests=tests, bound=None if best is None else best.cost)
         if choice is None:
-            most_room = max(most_room, fit.room(frozenset(range(len(region_units)))))
+            if best is None:  # (with a best found, None may only mean "not cheaper here")
+                most_room = max(most_room, fit.room(frozenset(range(len(region_units)))))
             continue
         if best is None or choice.cost < best.cost:
             victims = tuple(region_units[i] for i in sorted(choice.chosen))

@@ -118,8 +118,9 @@ class Preemption:
         view = self.state.view()
         now = self.clock()
         gangs = {gang.ref.key: gang for gang in self.decider.plans.gangs(view)}
-        for reservation in list(view.reservations.values()):
-            self._tend(view, gangs, reservation, now)
+        withdrawn = [r for r in list(view.reservations.values()) if self._tend(view, gangs, r, now)]
+        if withdrawn:
+            return  # this view still counts their devices as kept: decide on one without them
         waiting = [(p, pods) for p, pods in self._waiting(view, gangs, now) if self._unhelped.get(p.key, 0) <= now]
         if not waiting:
             return
@@ -263,9 +264,10 @@ class Preemption:
 
     # -- a decision under way ----------------------------------------------------------------------
 
-    def _tend(self, view: ClusterView, gangs: dict[str, Gang], reservation: Reservation, now: float) -> None:
+    def _tend(self, view: ClusterView, gangs: dict[str, Gang], reservation: Reservation, now: float) -> bool:
         """Let a preemption go once its preemptor is placed, gone or past the hold; else evict what
-        a replica that led before could not (it may have stopped between two evictions)."""
+        a replica that led before could not (it may have stopped between two evictions). True when
+        it let one go."""
         pods = self._preemptor_pods(view, gangs, reservation)
         driver = self.decider.config.driver
         placed = [
@@ -278,7 +280,8 @@ class Preemption:
                 PREEMPTION_SECONDS.observe(max(0.0, now - reservation.created))
                 log.info("%s placed %.1f s after preempting", reservation.what, now - reservation.created)
             self._withdraw(reservation)
-        elif now >= reservation.expires:
+            return True
+        if now >= reservation.expires:
             message = (
                 f"devices freed by preemption were kept {self.hold_seconds} s for {reservation.what}, "
                 "which was not placed meanwhile: they are let go"
@@ -287,8 +290,9 @@ class Preemption:
             for pod in pods:
                 self._event(pod, "Warning", "PreemptionExpired", message)
             self._withdraw(reservation)
-        else:
-            self._evict(view, reservation, list(reservation.victims))
+            return True
+        self._evict(view, reservation, list(reservation.victims))
+        return False
 
     @staticmethod
     def _preemptor_pods(view: ClusterView, gangs: dict[str, Gang], reservation: Reservation) -> list[dict[str, Any]]:

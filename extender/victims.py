@@ -111,9 +111,12 @@ def cheapest(
     *,
     exact_tests: int = EXACT_FIT_TESTS,
     exact_units: int = EXACT_UNITS,
+    bound: Cost | None = None,
 ) -> Choice[Placement] | None:
     """The cheapest set of units whose eviction lets the preemptor fit, with where it then goes;
-    None when even evicting every unit leaves no room (or the preemptor fits without evicting)."""
+    None when even evicting every unit leaves no room (or the preemptor fits without evicting).
+    With `bound` (the cost of a set found elsewhere), the exact search also answers None once it
+    knows no set here costs less."""
     tests = _Tests(fits, exact_tests)
     everything = frozenset(range(len(units)))
     if not units or tests(everything, counted=False) is None or tests(frozenset(), counted=False) is not None:
@@ -121,20 +124,21 @@ def cheapest(
     if len(units) > exact_units:
         return _reprieved(units, allowed, tests)
     try:
-        found = _best_first(units, allowed, tests)
+        return _best_first(units, allowed, tests, bound)
     except _OutOfTestsError:
-        found = None
-    return found if found is not None else _reprieved(units, allowed, tests)
+        return _reprieved(units, allowed, tests)
 
 
 def _best_first(
-    units: Sequence[Unit], allowed: Mapping[str, int], tests: _Tests[Placement]
+    units: Sequence[Unit], allowed: Mapping[str, int], tests: _Tests[Placement], bound: Cost | None
 ) -> Choice[Placement] | None:
     """Sets in order of cost; each set is reached once, from the set without its last index. A set
     whose every extension (all later indices added) does not fit has no descendant that fits."""
     queue: list[tuple[Cost, tuple[int, ...]]] = [(NOTHING, ())]
     while queue:
         cost, indices = heapq.heappop(queue)
+        if bound is not None and cost >= bound:
+            return None  # every set left costs as much or more: nothing here beats the bound
         chosen = frozenset(indices)
         placement = tests(chosen)
         if placement is not None:
@@ -145,7 +149,7 @@ def _best_first(
         for index in range(start, len(units)):
             grown = chosen | {index}
             heapq.heappush(queue, (cost_of(units, grown, allowed), (*indices, index)))
-    return None  # not reached: the full set fits, and no set on the way to it is cut
+    return None  # not reached without a bound: the full set fits, and no set on the way to it is cut
 
 
 def _reprieved(units: Sequence[Unit], allowed: Mapping[str, int], tests: _Tests[Placement]) -> Choice[Placement]:

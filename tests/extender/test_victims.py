@@ -110,3 +110,16 @@ def test_a_single_fitting_unit_beats_several_cheaper_ones_only_by_the_order() ->
     choice = cheapest(units, {}, _fits(units, frees, 2))
     assert choice is not None
     assert {units[i].key for i in choice.chosen} == {"a", "b"}
+
+
+def test_with_a_bound_the_exact_search_answers_none_when_nothing_here_is_cheaper() -> None:
+    units = [Unit("a", ("ns/a",), (0,), 1.0), Unit("b", ("ns/b",), (5,), 1.0)]
+    frees = {"a": 1, "b": 1}
+    found = cheapest(units, {}, _fits(units, frees, 1))
+    assert found is not None and found.chosen == frozenset({0})
+    assert cheapest(units, {}, _fits(units, frees, 1), bound=found.cost) is None
+    cheaper_elsewhere = cost_of(units, frozenset({0}), {})
+    assert cheapest(units, {}, _fits(units, frees, 2), bound=cheaper_elsewhere) is None
+    assert cheapest(units, {}, _fits(units, frees, 2), bound=cost_of(units, frozenset({0, 1}), {})) is None
+    pricier = Cost(1, 0, 0, 0, 0.0)  # a budget violated: anything without one is cheaper
+    assert cheapest(units, {}, _fits(units, frees, 2), bound=pricier) is not None
