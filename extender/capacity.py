@@ -12,6 +12,12 @@ from extender.lru import LruCache
 from extender.node_usage import Node, NodeDevice, Usage, take
 
 FitKey = tuple[str, int, Demand, int]
+# Shapes of matching devices, numbered once for every Matcher (nodes keep their numbers, see
+# `Matcher.matching_shape`): equal numbers, equal shapes.
+_SHAPES: dict[tuple[object, ...], int] = {}
+_SHAPE_NUMBERS = itertools.count()
+MAX_SHAPES = 65_536  # distinct shapes numbered at once
+MAX_SHAPES_PER_NODE = 64  # selector tuples whose shape a node keeps
 
 
 class Matcher:
@@ -26,7 +32,6 @@ class Matcher:
     # The floor; the Decider sizes it to what one plan touches (nodes x gangs). Entries keep old
     # usage objects alive, so a floor far above a small cluster's needs only holds garbage.
     FIT_CACHE_SIZE = 1_024
-    MAX_SHAPES = 65_536  # distinct matching-device shapes numbered at once
 
     def __init__(
         self, selectors: Selectors, driver: str, cache_size: int = CACHE_SIZE, fit_cache_size: int = FIT_CACHE_SIZE
@@ -34,8 +39,7 @@ class Matcher:
         self.selectors = selectors
         self.driver = driver
         self._cache: LruCache[tuple[str, tuple[str, ...]], tuple[Node, list[NodeDevice], int]] = LruCache(cache_size)
-        self._shapes: dict[tuple[object, ...], int] = {}  # see `matching_shape`
-        self._shape_ids = itertools.count()
+
         # (node name, id of the usage object, demand, limit) -> (node, usage, count, usage after): the
         # entry keeps the usage object alive, so its id cannot be reused while the entry is there.
         self.fits: LruCache[FitKey, tuple[Node, Usage, int, Usage]] = LruCache(fit_cache_size)
@@ -46,8 +50,16 @@ class Matcher:
     def matching_shape(self, node: Node, expressions: tuple[str, ...]) -> int:
         """A number for what placing and scoring read of `matching`'s devices (names, NUMA node,
         type, sharing, capacities, the counters they draw on and those counters' totals): nodes
-        with equal numbers and equal usage fit and score a pod of these selectors alike."""
-        return self._matching(node, expressions)[2]
+        with equal numbers and equal usage fit and score a pod of these selectors alike. Kept on
+        the node object too (a new one comes with any change to its devices): asked for every
+        node on every prioritize, a dictionary read there is what makes a new pod shape cheap."""
+        shape = node.shapes.get(expressions)
+        if shape is None:
+            shape = self._matching(node, expressions)[2]
+            if len(node.shapes) >= MAX_SHAPES_PER_NODE:
+                node.shapes.clear()
+            node.shapes[expressions] = shape
+        return shape
 
     def _matching(self, node: Node, expressions: tuple[str, ...]) -> tuple[Node, list[NodeDevice], int]:
         key = (node.name, expressions)
@@ -77,11 +89,11 @@ class Matcher:
             )
             for d in found
         )
-        number = self._shapes.get(shape)
+        number = _SHAPES.get(shape)
         if number is None:
-            if len(self._shapes) >= self.MAX_SHAPES:
-                self._shapes.clear()  # numbers are never reused: only sharing restarts
-            number = self._shapes[shape] = next(self._shape_ids)
+            if len(_SHAPES) >= MAX_SHAPES:
+                _SHAPES.clear()  # numbers are never reused: only sharing restarts
+            number = _SHAPES[shape] = next(_SHAPE_NUMBERS)
         return number
 
     def __len__(self) -> int:

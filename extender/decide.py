@@ -213,9 +213,12 @@ class Decider:
             scores[name] = value
         return scores
 
-    def _matching_key(self, node: Node, demand: Demand) -> tuple[object, ...]:
+    def _matching_key(self, node: Node, demand: Demand) -> object:
         """What a node's score reads of the devices its requests match (their shape), and the
         values of any attribute a request asks to be equal."""
+        requests = demand.requests
+        if len(requests) == 1 and not requests[0].match_attribute:  # most pods: one number
+            return self.matcher.matching_shape(node, requests[0].selectors)
         key: list[object] = []
         for request in demand.requests:
             key.append(self.matcher.matching_shape(node, request.selectors))

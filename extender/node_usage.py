@@ -124,6 +124,8 @@ class Node:
     labels: dict[str, str]
     devices: dict[str, NodeDevice] = field(default_factory=dict)
     counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    # Selector tuple -> the shape number of the devices it matches (extender.capacity).
+    shapes: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def allocations(self) -> int | None:
