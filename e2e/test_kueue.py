@@ -26,11 +26,16 @@ import pytest
 from kubernetes import client
 
 from extender.config import RACK_LABEL
-from kube.names import GPU_CLASS
+from kube.names import FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
 from kube.resources import JOBSETS
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.cluster.addons import JOBSET, LWS
 from nativedra.cluster.kueue_config import (
+    DEVICE_CLASS_MAPPINGS,
+    FRACTIONS,
+    MIG_PARTITIONS,
+    QUEUE_LABEL,
+    SHARES,
     WHOLE_GPUS,
     cluster_queue,
     flavor_quota,
@@ -422,3 +427,88 @@ def test_cohort_borrowing_and_reclaim_move_whole_workloads(team: Team) -> None:
     assert admitted(_workload(team, owner))
     events = client.CoreV1Api(team.api).list_namespaced_event(team.namespace).items
     assert not [e for e in events if e.reason == "Preempted" and "nativedra" in (e.source.component or "")]
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A one-pod Job's devices, and what Kueue v0.17 counts for it (None: inadmissible, with a
+    message that says this)."""
+
+    requests: list[dict[str, Any]]
+    expected: dict[str, str] | None
+    message: str = ""
+    constraints: list[dict[str, Any]] | None = None
+    limits: dict[str, str] | None = None
+
+
+COUNTED = {
+    "whole-gpus": Counted([request("gpus", GPU_CLASS, count=2)], {WHOLE_GPUS: "2"}),
+    "a-fraction": Counted([request("gpus", FRACTION_CLASS)], {FRACTIONS: "1"}),
+    "two-mig-partitions": Counted([request("gpus", MIG_CLASS, count=2)], {MIG_PARTITIONS: "2"}),
+    "a-share-of-any-size": Counted([request("gpus", SHARE_CLASS, capacity={"memory": "10Gi"})], {SHARES: "1"}),
+    "extended-resource-limits": Counted([], {WHOLE_GPUS: "2"}, limits={WHOLE_GPUS: "2"}),
+    "cel-selector": Counted(
+        [request("gpus", GPU_CLASS, selector="device.attributes['gpu.nativedra.dev'].productName != ''")],
+        None,
+        "CEL selectors are not supported",
+    ),
+    "same-numa-constraint": Counted(
+        [request("gpus", GPU_CLASS, count=2)],
+        None,
+        "device constraints (MatchAttribute) are not supported",
+        constraints=[{"requests": ["gpus"], "matchAttribute": "resource.kubernetes.io/numaNode"}],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(COUNTED))
+def test_what_kueue_counts_for_each_nativedra_device_kind(team: Team, case: str) -> None:
+    """Kueue's quota usage for one pod's claim template, per DeviceClass (deviceClassMappings): a
+    device of a class counts 1 of its logical resource whatever its size; CEL selectors and
+    constraints make the workload inadmissible (no nodes needed: admission is quota alone)."""
+    counted = COUNTED[case]
+    quota = dict.fromkeys(DEVICE_CLASS_MAPPINGS, "100")
+    flavor = team.flavor("devices")
+    queue = team.queue("devices", [(list(quota), [flavor_quota(flavor, quota)])])
+    if counted.requests:
+        claim_template(team.api, team.namespace, "devices", counted.requests, counted.constraints)
+    resources: dict[str, Any] = {"claims": [{"name": "gpus"}]} if counted.requests else {}
+    if counted.limits:
+        resources["limits"] = counted.limits
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "count", "labels": {QUEUE_LABEL: queue}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "registry.invalid/cuda:12", "resources": resources}],
+                    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "devices"}]
+                    if counted.requests
+                    else [],
+                }
+            },
+        },
+    }
+    job = client.BatchV1Api(team.api).create_namespaced_job(team.namespace, body)
+    owner = {"metadata": {"uid": job.metadata.uid}}
+    if counted.expected is None:
+        workload = _wait_workload(
+            team,
+            owner,
+            lambda w: (
+                (condition(w, "QuotaReserved") or {}).get("reason") == "Inadmissible"
+                or counted.message in str(w.get("status"))
+            ),
+            f"Kueue's verdict on {case}",
+        )
+        assert counted.message in str(workload.get("status")), workload.get("status")
+        assert not admitted(workload)
+        log.info("%s: inadmissible: %s", case, (condition(workload, "QuotaReserved") or {}).get("message"))
+        return
+    workload = _wait_workload(team, owner, admitted, f"{case} admitted")
+    usage = workload["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
+    log.info("%s: Kueue counts %s", case, usage)
+    assert usage == counted.expected, usage
