@@ -13,7 +13,7 @@ evicted while they end, and devices kept for other preemptors stay theirs.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -327,8 +327,11 @@ def decide(
     budgets: Sequence[Budget],
     matcher: Matcher,
     blocked: frozenset[str] = frozenset(),
+    *,
+    pause: Callable[[], None] = lambda: None,
 ) -> Decision | NoHelp:
-    """The cheapest region and victims for the preemptor, or why evicting would not help."""
+    """The cheapest region and victims for the preemptor, or why evicting would not help.
+    `pause` runs after each region: the caller's chance to let requests have the interpreter."""
     units = victim_units(occupancy, preemptor, budgets, blocked)
     allowed = {budget.key: budget.allowed for budget in budgets}
     best: Decision | None = None
@@ -342,9 +345,11 @@ def decide(
         fit = _RegionFit(occupancy, preemptor, nodes, region_units, matcher)
         choice = cheapest(region_units, allowed, fit, exact_tests=tests, bound=None if best is None else best.cost)
         if choice is None:
+            pause()
             if best is None:  # (with a best found, None may only mean "not cheaper here")
                 most_room = max(most_room, fit.room(frozenset(range(len(region_units)))))
             continue
+        pause()
         if best is None or choice.cost < best.cost:
             victims = tuple(region_units[i] for i in sorted(choice.chosen))
             reserved = _reserve(occupancy, preemptor, fit.evicted(choice.chosen), choice.placement, matcher)
