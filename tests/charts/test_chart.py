@@ -131,16 +131,12 @@ def test_simulated_backend_renders_the_simulated_node_overlay(helm: Helm) -> Non
 
 
 def test_second_scheduler_renders_the_second_scheduler_overlay(helm: Helm) -> None:
-    """One difference, on purpose: the RoleBinding to kube-system's extension-apiserver-authentication-reader
-    Role lives in kube-system in the chart. The overlay's `namespace:` moves it to nativedra-system,
-    where no Role of that name exists (so the scheduler cannot read the authentication ConfigMap)."""
+    """The RoleBinding to kube-system's extension-apiserver-authentication-reader Role stays in
+    kube-system in both (the overlay names its namespaces itself rather than moving every object)."""
     chart = by_key(helm.template({"secondScheduler": {"enabled": True}}))
     overlay = by_key(_kustomized(MANIFESTS / "overlays" / "second-scheduler"))
     reader = ("RoleBinding", "nativedra-scheduler-extension-apiserver-authentication-reader")
-    assert chart[reader]["metadata"]["namespace"] == "kube-system"
-    if overlay[reader]["metadata"]["namespace"] == "kube-system":
-        pytest.fail("the overlay keeps the RoleBinding in kube-system now: drop this exception")
-    overlay[reader]["metadata"]["namespace"] = "kube-system"
+    assert chart[reader]["metadata"]["namespace"] == overlay[reader]["metadata"]["namespace"] == "kube-system"
     assert differences(chart, overlay) == []
 
 
