@@ -29,7 +29,7 @@ from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR
-from kube.names import DRIVER_NAME, EXTENDER_MARKER, GPU_NODE_LABEL
+from kube.names import DRIVER_NAME, EXTENDER_MARKER, GPU_NODE_LABEL, WHOLE_GPU_RESOURCE
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
 from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender
@@ -452,6 +452,26 @@ def test_a_pod_carrying_the_extender_marker_is_admitted_by_the_real_kubelet(real
         )
         requests = real_node.core.read_namespaced_pod("marked", namespace).spec.containers[0].resources.requests
         assert requests == {EXTENDER_MARKER: "1"}, "the API server defaulted the request to the limit"
+
+
+def test_a_pod_asking_gpus_in_its_limits_is_prepared_and_sees_exactly_them(real_node: Node) -> None:
+    """Device-plugin-style (DRAExtendedResource): `nativedra.dev/gpu: 2` in the limits and no claim;
+    the scheduler makes the pod a claim, the plugin prepares it, and the container sees its two GPUs."""
+    with fresh_namespace(real_node.api, "legacy") as namespace:
+        container = {
+            "name": "probe",
+            "image": real_node.node.image,
+            "command": ["sh", "-c", PROBE],
+            "resources": {"limits": {WHOLE_GPU_RESOURCE: "2"}},
+        }
+        pod = {"metadata": {"name": "legacy"}, "spec": {"containers": [container], "terminationGracePeriodSeconds": 0}}
+        real_node.core.create_namespaced_pod(namespace, pod)
+        seen = running_probe(real_node, namespace, "legacy")
+        status = real_node.core.read_namespaced_pod("legacy", namespace).status
+        claim = status.extended_resource_claim_status.resource_claim_name
+        uuids = allocated_uuids(real_node, namespace, claim)
+        assert len(uuids) == 2
+        assert seen.devices == expected_nodes(uuids), f"container saw {seen.devices}"
 
 
 @pytest.fixture
