@@ -42,7 +42,7 @@ e2e: venv
 # timeout), then every unit and e2e test in one pytest run.
 test: lint
 	$(BIN)/python -m dra_driver.proto.generate --check
-	$(BIN)/nativedra cluster build --with jobset,lws $(REAL_NODE_BUILD) >/dev/null
+	$(BIN)/nativedra cluster build --with jobset,lws,kueue $(REAL_NODE_BUILD) >/dev/null
 	$(BIN)/pytest -ra --durations=25 $(PYTEST_ARGS)
 
 # The image of this tree, built with podman (on a Debian base built locally when no registry answers).

@@ -15,14 +15,26 @@ from kubernetes import client, config
 
 from extender.config import RACK_LABEL, ZONE_LABEL
 from nativedra.cluster import ControlPlane, commands, create_fake_node, wait_for
-from nativedra.cluster.addons import JOBSET, LWS, start_addon
+from nativedra.cluster.addons import JOBSET, KUEUE, LWS, start_addon
 from nativedra.cluster.cli import start_detached
 from nativedra.cluster.commands import NodeDirs
 from nativedra.cluster.controlplane import free_port, stop_recorded
 from nativedra.cluster.extender_wiring import call_extender
 from nativedra.cluster.waits import http_ok
 from nativedra.demo.kubelet_step import play_kubelet
-from nativedra.demo.workloads import DEMO_NAMESPACE, apply_examples, bound_pods, gang_workloads, settled
+from nativedra.demo.workloads import (
+    DEMO_NAMESPACE,
+    QUEUE,
+    QUEUE_SHARES,
+    QUEUED_NAMESPACE,
+    apply_examples,
+    bound_pods,
+    gang_workloads,
+    kueue_verdicts,
+    queued_settled,
+    queued_workloads,
+    settled,
+)
 from nativedra.kubelet_client import make_dev_tree
 from nativedra.map.clustermap import read_map, render_svg, render_text
 from nativedra.objects import apply_file, device_classes, published_devices
@@ -71,7 +83,7 @@ def start_cluster(state_dir: Path) -> tuple[ControlPlane, client.ApiClient, int]
     plane.spawn("extender", Path(extender[0]), extender[1:])
     call_extender(plane, port)  # only GPU and gang pods are sent to it, as manifests/scheduler/ wires a cluster
     apply_file(api, device_classes())
-    for addon in (JOBSET, LWS):
+    for addon in (JOBSET, LWS, KUEUE):
         _say(f"starting the {addon.name} controller {addon.version} with its webhooks (built once)...")
         start_addon(plane, api, addon)
     return plane, api, port
@@ -109,18 +121,25 @@ def _settle(api: client.ApiClient, what: str, quiet_s: float = 3.0) -> None:
         seen = now
 
 
-def place_workloads(api: client.ApiClient, extender_port: int) -> None:
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": DEMO_NAMESPACE}})
+def _namespace(api: client.ApiClient, name: str) -> None:
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
     wait_for(
-        lambda: client.CoreV1Api(api).list_namespaced_service_account(DEMO_NAMESPACE).items,
+        lambda: client.CoreV1Api(api).list_namespaced_service_account(name).items,
         30,
-        "the demo namespace's default ServiceAccount",
+        f"the {name} namespace's default ServiceAccount",
     )
+
+
+def place_workloads(api: client.ApiClient, extender_port: int) -> None:
+    _namespace(api, DEMO_NAMESPACE)
     wait_for(lambda: http_ok(f"http://127.0.0.1:{extender_port}/readyz"), 60, "the extender to sync")
     gang_workloads(api)  # first, so the map shows their domains decided before the examples arrive
     _settle(api, "the gangs to be placed or judged")
     apply_examples(api)
     _settle(api, "every demo pod to be scheduled or judged unschedulable")
+    _namespace(api, QUEUED_NAMESPACE)
+    queued_workloads(api)  # last, so the examples' placement is the same with or without Kueue
+    wait_for(lambda: queued_settled(api), 90, "Kueue to judge the queued JobSets and the admitted one to be placed")
 
 
 def report(api: client.ApiClient, state_dir: Path) -> None:
@@ -129,6 +148,9 @@ def report(api: client.ApiClient, state_dir: Path) -> None:
     svg = state_dir / "cluster-map.svg"
     svg.write_text(render_svg(cluster_map, (RACK_LABEL,)))
     print(f"\nthe same map as a picture: {svg}")
+    print(f"\nKueue: ClusterQueue {QUEUE} has {QUEUE_SHARES} GPU shares of quota; JobSets in {QUEUED_NAMESPACE}:")
+    for name, verdict in sorted(kueue_verdicts(api).items()):
+        print(f"  {name}: {verdict}")
 
 
 def run_demo(state_dir: Path, layout: tuple[DemoNode, ...] = DEFAULT_LAYOUT) -> int:
