@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from extender.config import ExtenderConfig
 from extender.decide import Decider
@@ -21,6 +22,8 @@ from extender.kueue import (
     pinned_by_kueue,
 )
 from extender.membership import GangSources, work_out
+from extender.node_usage import Usage
+from extender.preemptor import Preemption
 from testkit.builders import CREATED, DRIVER, claim_template, gpu_nodes, jobset, jobset_pod, pod, racks, view
 
 SOON_AFTER = datetime.fromisoformat(CREATED.replace("Z", "+00:00")).timestamp() + 10
@@ -132,3 +135,32 @@ def test_a_host_selector_alone_does_not_take_a_pod_out_of_its_gang() -> None:
     assert not pinned_by_kueue(member), "not Kueue's: the pod's own selector"
     member["metadata"]["annotations"][KUEUE_REQUIRED] = "rack"
     assert not pinned_by_kueue(member), "a Kueue annotation on a pod Kueue does not manage"
+
+
+def _waiting_pod(name: str, labels: dict[str, str] | None = None, template: str = "eight") -> dict[str, Any]:
+    """A pod of priority 100 the scheduler found no node for."""
+    member = pod(name, labels=labels, template=template, created=CREATED)
+    member["spec"]["priority"] = 100
+    member["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    return member
+
+
+def test_the_extender_never_preempts_for_pods_kueue_manages() -> None:
+    """Kueue decides which of its workloads runs when quota is short (e.g. it just evicted one to
+    reclaim quota for this one): a Kueue-managed pod or gang waiting for devices is no preemptor,
+    while the same pod outside Kueue is."""
+    outside = _waiting_pod("outside")
+    queued = _waiting_pod("queued", {"kueue.x-k8s.io/queue-name": "team-a"})
+    admitted_gang = [_kueue_tas_pod(i, rack=None) for i in range(2)]
+    for member in admitted_gang:
+        member["spec"]["priority"] = 100
+        member["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    spec = jobset("train", [("workers", 1, 2)])
+    full = {"a-0": Usage(devices={f"gpu-{i}" for i in range(8)})}
+    cluster = view(
+        racks({"a": 1}), usage=full, pods=[outside, queued, *admitted_gang], templates=TEMPLATES, jobsets=[spec]
+    )
+    preemption = Preemption(client.ApiClient(), None, Decider(ExtenderConfig()), "ns", None)  # type: ignore[arg-type]
+    gangs = {gang.ref.key: gang for gang in preemption.decider.plans.gangs(cluster)}
+    waiting = preemption._waiting(cluster, gangs, SOON_AFTER)
+    assert [preemptor.key for preemptor, _ in waiting] == ["ns/outside"]
