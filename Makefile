@@ -37,12 +37,12 @@ unit: venv
 e2e: venv
 	$(BIN)/pytest e2e $(PYTEST_ARGS)
 
-# Lint, types and generated-code freshness first (seconds), then the Kubernetes binaries, the real
-# node's kubelet, containerd and this tree's image (built once and cached, outside any test
-# timeout), then every unit and e2e test in one pytest run.
+# Lint, types and generated-code freshness first (seconds), then the Kubernetes binaries, the
+# add-on controllers, helm, the real node's kubelet, containerd and this tree's image (built once and
+# cached, outside any test timeout), then every unit and e2e test in one pytest run.
 test: lint
 	$(BIN)/python -m dra_driver.proto.generate --check
-	$(BIN)/nativedra cluster build --with jobset,lws,kueue $(REAL_NODE_BUILD) >/dev/null
+	$(BIN)/nativedra cluster build --with jobset,lws,kueue --helm $(REAL_NODE_BUILD) >/dev/null
 	$(BIN)/pytest -ra --durations=25 $(PYTEST_ARGS)
 
 # The image of this tree, built with podman (on a Debian base built locally when no registry answers).

@@ -18,6 +18,7 @@ from kube.names import GPU_NODE_LABEL
 from nativedra.cluster import binaries
 from nativedra.cluster.addons import ADDONS, Addon, build_addon, start_addon
 from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, recorded_state, stop_recorded
+from nativedra.cluster.helm import build_helm
 from nativedra.cluster.image import build_image
 from nativedra.cluster.realnode import RealNode, prepare_real_node, teardown_recorded
 
@@ -93,11 +94,12 @@ def _build(args: argparse.Namespace) -> int:
         found = binaries.resolve(version)
         controllers = [build_addon(addon) for addon in _addons(args.with_controllers)]
         node_parts = prepare_real_node(version, args.image_source) if args.real_node else []
+        tools = [build_helm()] if args.helm else []
     except (ControlPlaneError, binaries.BinaryError) as error:
         print(f"nativedra cluster build: {error}", file=sys.stderr)
         return 1
     built = (found.etcd, found.kube_apiserver, found.kube_scheduler, found.kube_controller_manager)
-    for path in (*built, *controllers, *node_parts):
+    for path in (*built, *controllers, *node_parts, *tools):
         print(path)
     print(f"Kubernetes {found.version} binaries ready in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return 0
@@ -152,6 +154,7 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     build.set_defaults(handler=_build)
     add_flag(up, "--real-node", metavar="NAME", help="also a real node: kubelet on containerd 2.x and runc (root)")
     build.add_argument("--real-node", action="store_true", help="also a real node's kubelet, containerd and images")
+    build.add_argument("--helm", action="store_true", help="also helm, built from its Go module (the chart's tests)")
     image = actions.add_parser("image", help="build the nativedra image of a source tree with podman; print its name")
     image.add_argument("source", type=Path, nargs="?", default=Path(), help="the source tree (default: .)")
     image.set_defaults(handler=_image)
