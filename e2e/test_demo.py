@@ -15,8 +15,8 @@ from kube.pods import pod_claim_names
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands
 from nativedra.cluster.controlplane import stop_recorded
-from nativedra.map.clustermap import read_map
 from nativedra.demo.workloads import DEMO_NAMESPACE
+from nativedra.map.clustermap import read_map
 
 JOB_KEY = "jobset.sigs.k8s.io/job-key"
 
