@@ -98,6 +98,7 @@ def test_the_deciding_replica_killed_mid_preemption_loses_no_hold_and_evicts_not
                 f"{killed_at - started:.1f} s in, replica {survivor} took over"
             )
     finally:
+        first.remove_nodes()  # later tests on this plane must not find it
         for name in (low, high):
             scheduling.delete_priority_class(name)
         replicas.start_stopped()
