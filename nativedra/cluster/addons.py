@@ -199,9 +199,7 @@ def conversions(addon: Addon, root: Path, url: str, ca_bundle: bytes) -> list[di
 
 
 def controller_config(addon: Addon, webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
-    if addon is KUEUE:
-        return kueue_config.configuration(webhook_port, health_port, cert_dir)
-    return {
+    common = {
         "apiVersion": addon.config_api_version,
         "kind": "Configuration",
         "leaderElection": {"leaderElect": False},
@@ -210,6 +208,7 @@ def controller_config(addon: Addon, webhook_port: int, health_port: int, cert_di
         "metrics": {"bindAddress": "0"},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
     }
+    return kueue_config.configuration(common) if addon is KUEUE else common
 
 
 class AddonExitedError(ControlPlaneError):

@@ -61,17 +61,11 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 
 
-def configuration(webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
-    """Kueue's Configuration for a controller on loopback: its webhooks served with the cluster's
-    certificate, no leader election, no metrics listener."""
+def configuration(common: dict[str, Any]) -> dict[str, Any]:
+    """Kueue's Configuration: `common` (what every add-on controller on loopback gets: its webhooks
+    served with the cluster's certificate, no leader election, no metrics listener) and Kueue's own."""
     return {
-        "apiVersion": CONFIG_API_VERSION,
-        "kind": "Configuration",
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
-        "metrics": {"bindAddress": "0"},
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        **common,
         "manageJobsWithoutQueueName": False,
         "integrations": {"frameworks": list(FRAMEWORKS)},
         "resources": {

@@ -14,7 +14,7 @@ from kube.names import EXTENDER_MARKER
 from nativedra.cluster.addons import KUEUE, controller_config, conversions, kueue_metrics_certificate
 from nativedra.cluster.addons import webhook_configurations as configurations_of
 from nativedra.cluster.controlplane import ControlPlaneError
-from nativedra.cluster.kueue_config import DEVICE_CLASS_MAPPINGS, FEATURE_GATES, configuration
+from nativedra.cluster.kueue_config import CONFIG_API_VERSION, DEVICE_CLASS_MAPPINGS, FEATURE_GATES
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -25,7 +25,7 @@ def _shipped_classes() -> set[str]:
 
 
 def test_every_shipped_device_class_is_mapped_to_its_own_quota_resource() -> None:
-    config = configuration(9443, 8081, Path("/certs"))
+    config = controller_config(KUEUE, 9443, 8081, Path("/certs"))
     mappings = config["resources"]["deviceClassMappings"]
     classes = [name for mapping in mappings for name in mapping["deviceClassNames"]]
     assert sorted(classes) == sorted(_shipped_classes()), "one mapping per DeviceClass of manifests/base"
@@ -34,7 +34,8 @@ def test_every_shipped_device_class_is_mapped_to_its_own_quota_resource() -> Non
     assert config["featureGates"] == FEATURE_GATES
     assert FEATURE_GATES["DynamicResourceAllocation"] is True, "without it claims are admitted for free"
     assert config["webhook"] == {"port": 9443, "host": "127.0.0.1", "certDir": "/certs"}
-    assert controller_config(KUEUE, 9443, 8081, Path("/certs")) == config
+    assert config["apiVersion"] == CONFIG_API_VERSION and config["kind"] == "Configuration"
+    assert config["leaderElection"] == {"leaderElect": False}
 
 
 def _kueue_module(root: Path) -> Path:
