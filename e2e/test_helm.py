@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -37,6 +35,7 @@ from nativedra.cluster.realnode import ContainersUnavailableError, RealNode
 from nativedra.cluster.waits import describe_pod
 from nativedra.objects import apply_documents, our_slices, published_devices
 from testkit.extender_harness import fresh_namespace
+from testkit.manifests import containers_unavailable
 
 RELEASE = "nativedra"
 RELEASE_NAMESPACE = "kube-system"  # where README's install keeps the release record (it holds the keys)
@@ -145,17 +144,6 @@ def test_install_upgrade_uninstall_on_a_control_plane(plain: Installed) -> None:
 
 
 # The real node ------------------------------------------------------------------------------------
-
-
-def containers_unavailable() -> str | None:
-    """Why this machine cannot run containers, or None (as e2e/test_real_node.py decides)."""
-    if sys.platform != "linux" or os.geteuid() != 0:
-        return "a real node needs root on Linux (kubelet, containerd, mknod)"
-    if shutil.which("apt-get") is None and shutil.which("runc") is None:
-        return "a real node needs runc (Debian: apt-get install runc)"
-    if not Path("/sys/fs/cgroup").is_dir():
-        return "no cgroup hierarchy at /sys/fs/cgroup"
-    return None
 
 
 @dataclass

@@ -3,9 +3,7 @@ real kube-scheduler, and the admission policy keeps each plugin to its own node'
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +15,13 @@ from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import apply_documents
+from testkit.manifests import kustomize
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"
 CRDS = REPO / "e2e" / "crds"
 PLUGIN_USER = "system:serviceaccount:nativedra-system:nativedra-plugin"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-
-
-def kustomize(path: Path) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
-    output = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, check=True).stdout
-    return [d for d in yaml.safe_load_all(output) if d]
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,7 @@ says why.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,6 +51,7 @@ from testkit.extender_service import (
     shipped_wiring,
     tls_secret,
 )
+from testkit.manifests import containers_unavailable, kustomize
 
 REPO = Path(__file__).resolve().parent.parent
 OVERLAY = REPO / "manifests" / "overlays" / "simulated-node"
@@ -78,17 +75,6 @@ DEVICE_LINE = re.compile(r"^c\S*\s+\d+\s+\S+\s+\S+\s+(\d+),\s*(\d+)\s.*\s(nvidia
 pytestmark = pytest.mark.timeout(900)
 
 
-def containers_unavailable() -> str | None:
-    """Why this machine cannot run containers, or None."""
-    if sys.platform != "linux" or os.geteuid() != 0:
-        return "a real node needs root on Linux (kubelet, containerd, mknod)"
-    if shutil.which("apt-get") is None and shutil.which("runc") is None:
-        return "a real node needs runc (Debian: apt-get install runc)"
-    if not Path("/sys/fs/cgroup").is_dir():
-        return "no cgroup hierarchy at /sys/fs/cgroup"
-    return None
-
-
 @dataclass
 class Node:
     plane: ControlPlane
@@ -98,12 +84,6 @@ class Node:
     @property
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api)
-
-
-def kustomize(path: Path) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
-    output = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, check=True).stdout
-    return [d for d in yaml.safe_load_all(output) if d]
 
 
 def with_image(documents: list[dict[str, Any]], image: str) -> list[dict[str, Any]]:
