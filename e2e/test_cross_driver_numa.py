@@ -1,20 +1,25 @@
 """A GPU and another driver's NIC on one NUMA node, through the standard attribute
 resource.kubernetes.io/numaNode (KEP-6072): nodes of 8 A100s (NUMA 0 and 1, four each) published
 by the plugin's builder, and a second driver's slices (nic.example.com) whose NICs all sit on one
-NUMA node per node, alternating. Each claim asks for 1 GPU + 1 NIC with matchAttribute on the
-standard name; the real scheduler (v1.37.2, default gates, the extender called) must allocate both
-on one NUMA node, so each node takes only the four GPUs beside its NICs."""
+NUMA node per node. The real scheduler (v1.37.2, default gates) calls the extender.
+
+- One claim of 1 GPU + 1 NIC with matchAttribute on the standard name: the allocator must put both
+  on one NUMA node, so each node takes only the four GPUs beside its NICs.
+- Separate GPU and NIC claims (a constraint cannot span claims): only the extender's NUMA score,
+  which counts the other driver's NICs, sends the GPU pod to the node where they can align."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from kube.names import GPU_CLASS
+from kube.names import DRIVER_NAME, GPU_CLASS
 from kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import claim_template, gpu_pod, request
@@ -58,10 +63,10 @@ def _numa_of(api: client.ApiClient, node: str, driver: str, device: str) -> int:
     raise AssertionError(f"{driver} device {device} on {node} not published")
 
 
-def test_twenty_claims_each_get_a_gpu_and_a_nic_of_one_numa_node(harness: ExtenderCluster) -> None:
+@contextmanager
+def _nics(harness: ExtenderCluster, nic_numa: dict[str, int]) -> Iterator[None]:
+    """The NIC driver's DeviceClass and one slice per node; all gone afterwards, nodes too."""
     api = harness.api
-    nodes = harness.add_gpu_nodes(NODES)
-    nic_numa = {node: index % 2 for index, node in enumerate(nodes)}
     DEVICE_CLASSES.create(
         api,
         {
@@ -74,31 +79,85 @@ def test_twenty_claims_each_get_a_gpu_and_a_nic_of_one_numa_node(harness: Extend
     try:
         for node, numa in nic_numa.items():
             RESOURCE_SLICES.create(api, _nic_slice(node, numa))
-        with fresh_namespace(api, "numa") as namespace:
-            claim_template(
-                api,
-                namespace,
-                "gpu-and-nic",
-                [request("gpu", GPU_CLASS), request("nic", NIC_CLASS)],
-                [{"requests": ["gpu", "nic"], "matchAttribute": NUMA}],
-            )
-            pods = [f"p{index:02d}" for index in range(CLAIMS)]
-            for name in pods:
-                gpu_pod(api, namespace, name, "gpu-and-nic")
-            wait_for(lambda: len(bound(api, namespace, pods)) == CLAIMS, 120, f"{CLAIMS} pods bound")
-            claims = [
-                c
-                for c in RESOURCE_CLAIMS.list(api).get("items") or []
-                if c["metadata"]["namespace"] == namespace and (c.get("status") or {}).get("allocation")
-            ]
-            assert len(claims) == CLAIMS
-            for claim in claims:
-                results = claim["status"]["allocation"]["devices"]["results"]
-                got = {r["request"]: _numa_of(api, r["pool"], r["driver"], r["device"]) for r in results}
-                node = results[0]["pool"]
-                assert got == {"gpu": nic_numa[node], "nic": nic_numa[node]}, (claim["metadata"]["name"], got)
+        yield
     finally:
-        for node in nodes:
+        for node in nic_numa:
             RESOURCE_SLICES.delete(api, f"{node}-nics")
         DEVICE_CLASSES.delete(api, NIC_CLASS)
         harness.remove_nodes()
+
+
+def _devices_numa(api: client.ApiClient, namespace: str, pod: str) -> dict[str, int]:
+    """Request name -> NUMA node of the device allocated for it, over the pod's claims."""
+    claims = RESOURCE_CLAIMS.list(api).get("items") or []
+    found = {}
+    for claim in claims:
+        owners = claim["metadata"].get("ownerReferences") or []
+        if claim["metadata"]["namespace"] != namespace or not any(o["name"] == pod for o in owners):
+            continue
+        for result in claim["status"]["allocation"]["devices"]["results"]:
+            found[result["request"]] = _numa_of(api, result["pool"], result["driver"], result["device"])
+    return found
+
+
+def test_twenty_claims_each_get_a_gpu_and_a_nic_of_one_numa_node(harness: ExtenderCluster) -> None:
+    api = harness.api
+    nodes = harness.add_gpu_nodes(NODES)
+    nic_numa = {node: index % 2 for index, node in enumerate(nodes)}
+    with _nics(harness, nic_numa), fresh_namespace(api, "numa") as namespace:
+        claim_template(
+            api,
+            namespace,
+            "gpu-and-nic",
+            [request("gpu", GPU_CLASS), request("nic", NIC_CLASS)],
+            [{"requests": ["gpu", "nic"], "matchAttribute": NUMA}],
+        )
+        pods = [f"p{index:02d}" for index in range(CLAIMS)]
+        for name in pods:
+            gpu_pod(api, namespace, name, "gpu-and-nic")
+        wait_for(lambda: len(bound(api, namespace, pods)) == CLAIMS, 120, f"{CLAIMS} pods bound")
+        claims = [
+            c
+            for c in RESOURCE_CLAIMS.list(api).get("items") or []
+            if c["metadata"]["namespace"] == namespace and (c.get("status") or {}).get("allocation")
+        ]
+        assert len(claims) == CLAIMS
+        for claim in claims:
+            results = claim["status"]["allocation"]["devices"]["results"]
+            got = {r["request"]: _numa_of(api, r["pool"], r["driver"], r["device"]) for r in results}
+            node = results[0]["pool"]
+            assert got == {"gpu": nic_numa[node], "nic": nic_numa[node]}, (claim["metadata"]["name"], got)
+
+
+def test_the_extender_sends_a_gpu_pod_where_its_separately_claimed_nic_shares_a_numa_node(
+    harness: ExtenderCluster,
+) -> None:
+    """Both nodes have only NUMA node 0's GPUs free (a filler holds NUMA node 1's), the far node one
+    fewer (a second filler); the far node's NICs sit on NUMA node 1, the near node's on 0. Four
+    pods, one at a time, each claiming a GPU and a NIC apart, must all go to the near node. Without
+    the cross-driver score the far node wins every time: its GPUs are as well placed on NUMA node
+    0, and fuller (packing). The fifth pod, with no GPU left beside a NIC, still goes to the far
+    node: a preference, never a refusal."""
+    api = harness.api
+    far, near = harness.add_gpu_nodes(2)
+    with _nics(harness, {far: 1, near: 0}), fresh_namespace(api, "numa-score") as namespace:
+        on_numa = "device.attributes['" + DRIVER_NAME + "'].numaNode == {}"
+        claim_template(api, namespace, "numa-1", [request("gpus", GPU_CLASS, on_numa.format(1), count=4)])
+        claim_template(api, namespace, "numa-0", [request("gpus", GPU_CLASS, on_numa.format(0))])
+        claim_template(api, namespace, "one-gpu", [request("gpu", GPU_CLASS)])
+        claim_template(api, namespace, "one-nic", [request("nic", NIC_CLASS)])
+        fillers = {f"filler-{far}": ("numa-1", far), f"filler-{near}": ("numa-1", near), "one-more": ("numa-0", far)}
+        for name, (template, node) in fillers.items():
+            gpu_pod(api, namespace, name, template, node=node)
+        wait_for(lambda: len(bound(api, namespace, list(fillers))) == len(fillers), 60, "fillers bound")
+        for index in range(5):
+            name = f"p{index}"
+            gpu_pod(api, namespace, name, "one-gpu", more_claims={"nic": "one-nic"})
+            wait_for(partial(bound, api, namespace, [name]), 60, f"{name} bound")
+            placed = bound(api, namespace, [name])[name]
+            numa = _devices_numa(api, namespace, name)
+            if index < 4:
+                assert placed == near, f"{name} went to {placed}, where its NIC cannot share the GPU's NUMA node"
+                assert numa == {"gpu": 0, "nic": 0}, (name, numa)
+            else:
+                assert placed == far, "with the near node's GPUs gone, the pod still runs elsewhere"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Callable
 from decimal import Decimal
 
 from extender.cel_eval import Selectors
-from extender.demand import Demand, Request
+from extender.demand import Demand, Partner, Request
 from extender.lru import LruCache
 from extender.node_usage import Node, NodeDevice, Usage, take
+from kube.names import STANDARD_NUMA_ATTRIBUTE
 
 FitKey = tuple[str, int, Demand, int]
 # Shapes of matching devices, numbered once for every Matcher (nodes keep their numbers, see
@@ -18,6 +20,7 @@ _SHAPES: dict[tuple[object, ...], int] = {}
 _SHAPE_NUMBERS = itertools.count()
 MAX_SHAPES = 65_536  # distinct shapes numbered at once
 MAX_SHAPES_PER_NODE = 64  # selector tuples whose shape a node keeps
+PARTNERS = "\0partners"  # keys partner matches apart from ours in the Matcher's cache (no CEL text starts so)
 
 
 class Matcher:
@@ -46,6 +49,16 @@ class Matcher:
 
     def matching(self, node: Node, expressions: tuple[str, ...]) -> list[NodeDevice]:
         return self._matching(node, expressions)[1]
+
+    def partners_matching(self, node: Node, expressions: tuple[str, ...]) -> list[NodeDevice]:
+        """Other drivers' NUMA-placed devices on `node` that a partner request's selectors match."""
+        key = (node.name, (PARTNERS, *expressions))
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        found = [d for d in node.partners if self.selectors.all_match(list(expressions), d.view)]
+        self._cache.put(key, (node, found, -1))
+        return found
 
     def matching_shape(self, node: Node, expressions: tuple[str, ...]) -> int:
         """A number for what placing and scoring read of `matching`'s devices (names, NUMA node,
@@ -146,9 +159,16 @@ def device_attribute(device: NodeDevice, attribute: str, driver: str) -> str:
 
 
 def _pick(
-    node: Node, usage: Usage, request: Request, candidates: list[NodeDevice], driver: str
-) -> list[tuple[NodeDevice, dict[str, Decimal]]] | None:
-    """The devices that serve `request`, each with what it takes of them."""
+    node: Node,
+    usage: Usage,
+    request: Request,
+    candidates: list[NodeDevice],
+    driver: str,
+    *,
+    beside: Callable[[object], frozenset[str] | None] | None = None,
+) -> tuple[list[tuple[NodeDevice, dict[str, Decimal]]], frozenset[str]] | None:
+    """The devices that serve `request`, each with what it takes of them, and the partner devices
+    `beside` picks for their group's attribute value (None: no partners fit beside that group)."""
     groups: list[list[NodeDevice]] = [candidates]
     if request.match_attribute:
         by_value: dict[object, list[NodeDevice]] = defaultdict(list)
@@ -156,6 +176,11 @@ def _pick(
             by_value[device_attribute(device, request.match_attribute, driver)].append(device)
         groups = sorted(by_value.values(), key=len)  # the tightest group that fits keeps bigger ones whole
     for group in groups:
+        partners: frozenset[str] | None = frozenset()
+        if beside is not None and group:
+            partners = beside(device_attribute(group[0], STANDARD_NUMA_ATTRIBUTE, driver))
+        if partners is None:
+            continue
         working = usage.copy()
         picked: list[tuple[NodeDevice, dict[str, Decimal]]] = []
         for device in group:
@@ -164,21 +189,53 @@ def _pick(
                 take(working, device, taken)
                 picked.append((device, taken))
                 if not request.all_devices and len(picked) == request.count:
-                    return picked
+                    return picked, partners
         if request.all_devices and picked and len(picked) == len(group):
-            return picked
+            return picked, partners
     return None
 
 
+def free_partners(node: Node, usage: Usage, partner: Partner, matcher: Matcher) -> list[NodeDevice]:
+    return [d for d in matcher.partners_matching(node, partner.selectors) if d.multi or d.name not in usage.partners]
+
+
+def _partners_beside(
+    node: Node, usage: Usage, partners: tuple[Partner, ...], matcher: Matcher
+) -> Callable[[object], frozenset[str] | None]:
+    """For a NUMA node (the standard attribute's value): the partner devices that serve each
+    aligned partner request there, or None if some request finds too few."""
+
+    def beside(numa: object) -> frozenset[str] | None:
+        chosen: set[str] = set()
+        for partner in partners:
+            free = [
+                d.name
+                for d in free_partners(node, usage, partner, matcher)
+                if str(d.attribute(STANDARD_NUMA_ATTRIBUTE)) == numa and d.name not in chosen
+            ]
+            if len(free) < partner.count:
+                return None
+            chosen.update(free[: partner.count])
+        return frozenset(chosen)
+
+    return beside
+
+
 def place(node: Node, usage: Usage, demand: Demand, matcher: Matcher) -> Usage | None:
-    """Usage after placing one pod with `demand` on `node`, or None if it does not fit."""
+    """Usage after placing one pod with `demand` on `node`, or None if it does not fit. A request's
+    partners (tied to it on the standard NUMA attribute) must fit on the NUMA node of the devices
+    picked for it, and take their partner devices."""
     working = usage.copy()
     for request in demand.requests:
-        picked = _pick(node, working, request, matcher.matching(node, request.selectors), matcher.driver)
-        if picked is None:
+        beside = _partners_beside(node, working, request.partners, matcher) if request.partners else None
+        found = _pick(node, working, request, matcher.matching(node, request.selectors), matcher.driver, beside=beside)
+        if found is None:
             return None
+        picked, partners = found
         for device, taken in picked:
             take(working, device, taken)
+        if partners:
+            working.partners = working.partners | partners
     return working
 
 

@@ -215,7 +215,10 @@ class Decider:
 
     def _matching_key(self, node: Node, demand: Demand) -> object:
         """What a node's score reads of the devices its requests match (their shape), and the
-        values of any attribute a request asks to be equal."""
+        values of any attribute a request asks to be equal. Scores that read other drivers' devices
+        (partners) are the node's own."""
+        if demand.partners:
+            return node.name
         requests = demand.requests
         if len(requests) == 1 and not requests[0].match_attribute:  # most pods: one number
             return self.matcher.matching_shape(node, requests[0].selectors)

@@ -1,13 +1,26 @@
-"""What a pod needs from our driver: its claims' requests (from the claim, else its template)."""
+"""What a pod needs from our driver: its claims' requests (from the claim, else its template), and
+what it asks of other drivers beside them (partners, for NUMA alignment)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from kube.names import STANDARD_NUMA_ATTRIBUTE
 from kube.pods import CLASS_RESOURCE_PREFIX, extended_claim_name, extended_resources, pod_claim_names
 from kube.units import quantity
+
+
+@dataclass(frozen=True)
+class Partner:
+    """The pod's request for another driver's device (a NIC, CPUs). Not ours to place, but a node
+    scores higher where it fits beside our devices on one NUMA node (the standard attribute); and
+    when a claim's matchAttribute on that attribute ties it to one of our requests (that request's
+    `partners`), a node fits only where it does, as the allocator requires."""
+
+    selectors: tuple[str, ...]  # DeviceClass CEL + request CEL
+    count: int
 
 
 @dataclass(frozen=True)
@@ -17,6 +30,10 @@ class Request:
     capacity: tuple[tuple[str, Decimal], ...] = ()  # consumable capacity asked of a shared device
     match_attribute: str | None = None  # all devices of the request share this attribute's value
     all_devices: bool = False
+    partners: tuple[Partner, ...] = ()  # other drivers' requests on the same NUMA node (constraint)
+
+
+ClaimRequests = tuple[tuple[Request, ...], tuple[Partner, ...]]
 
 
 @dataclass(frozen=True)
@@ -25,12 +42,14 @@ class Demand:
     # Objects the pod needs that the watches have not delivered yet (claim, template, DeviceClass):
     # until they arrive the pod's demand is unknown, never "nothing".
     unresolved: tuple[str, ...] = ()
+    # Other drivers' devices the pod asks for beside ours (only with some of ours).
+    partners: tuple[Partner, ...] = ()
     # A demand keys the fit cache, asked once per (node, gang) of a plan: its hash walks every
     # request's selectors, so it is worked out once.
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.requests, self.unresolved)))
+        object.__setattr__(self, "_hash", hash((self.requests, self.unresolved, self.partners)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -52,11 +71,13 @@ def _class_selectors(classes: dict[str, dict[str, Any]], name: str) -> tuple[str
     return tuple(s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or [] if "cel" in s)
 
 
-def requests_of(spec: dict[str, Any], classes: dict[str, dict[str, Any]], driver: str) -> tuple[Request, ...] | None:
-    """Requests of a ResourceClaimSpec; None if a DeviceClass it names does not exist (yet)."""
+def requests_of(spec: dict[str, Any], classes: dict[str, dict[str, Any]], driver: str) -> ClaimRequests | None:
+    """Requests of a ResourceClaimSpec for our devices, and its partners (other drivers' devices);
+    None if a DeviceClass it names does not exist (yet)."""
     devices = spec.get("devices") or {}
     constraints = devices.get("constraints") or []
-    result = []
+    ours: list[tuple[str, Request]] = []
+    theirs: list[tuple[str, tuple[str, ...], int]] = []
     for request in devices.get("requests") or []:
         exactly = request.get("exactly") or next(iter(request.get("firstAvailable") or []), None)
         if not exactly:
@@ -64,11 +85,14 @@ def requests_of(spec: dict[str, Any], classes: dict[str, dict[str, Any]], driver
         class_selectors = _class_selectors(classes, exactly.get("deviceClassName", ""))
         if class_selectors is None:
             return None
-        if not any(driver in s for s in class_selectors):
-            continue  # another driver's device: not ours to plan
         selectors = class_selectors + tuple(
             s["cel"]["expression"] for s in exactly.get("selectors") or [] if "cel" in s
         )
+        count = int(exactly.get("count") or 1)
+        if not any(driver in s for s in class_selectors):
+            if exactly.get("allocationMode") != "All":  # another driver's device: a partner
+                theirs.append((request["name"], selectors, count))
+            continue
         match = next(
             (
                 c["matchAttribute"]
@@ -80,16 +104,41 @@ def requests_of(spec: dict[str, Any], classes: dict[str, dict[str, Any]], driver
         capacity = tuple(
             sorted((k, quantity(v)) for k, v in ((exactly.get("capacity") or {}).get("requests") or {}).items())
         )
-        result.append(
-            Request(
-                selectors=selectors,
-                count=int(exactly.get("count") or 1),
-                capacity=capacity,
-                match_attribute=match,
-                all_devices=exactly.get("allocationMode") == "All",
+        ours.append(
+            (
+                request["name"],
+                Request(
+                    selectors=selectors,
+                    count=count,
+                    capacity=capacity,
+                    match_attribute=match,
+                    all_devices=exactly.get("allocationMode") == "All",
+                ),
             )
         )
-    return tuple(result)
+    partners = {name: Partner(selectors, count) for name, selectors, count in theirs}
+    untied = dict(partners)
+    requests = tuple(_with_partners(name, request, untied, constraints) for name, request in ours)
+    return requests, tuple(partners.values())
+
+
+def _with_partners(
+    name: str, request: Request, untied: dict[str, Partner], constraints: list[dict[str, Any]]
+) -> Request:
+    """`request` with the partners that a constraint on the standard NUMA attribute ties to it, taken
+    out of `untied`: each partner goes to the first of our requests it shares such a constraint with."""
+    if request.match_attribute != STANDARD_NUMA_ATTRIBUTE:
+        return request
+    tied = []
+    for partner_name, partner in list(untied.items()):
+        if any(
+            c.get("matchAttribute") == STANDARD_NUMA_ATTRIBUTE
+            and (not c.get("requests") or (partner_name in c["requests"] and name in c["requests"]))
+            for c in constraints
+        ):
+            tied.append(partner)
+            del untied[partner_name]
+    return replace(request, partners=tuple(tied)) if tied else request
 
 
 def demand_of(
@@ -108,6 +157,7 @@ def demand_of(
     namespace = pod["metadata"]["namespace"]
     claim_names = pod_claim_names(pod)
     requests: list[Request] = []
+    partners: list[Partner] = []
     unresolved: list[str] = []
     for reference in (pod.get("spec") or {}).get("resourceClaims") or []:
         claim_name = claim_names.get(reference["name"])
@@ -130,12 +180,13 @@ def demand_of(
         if found is None:
             unresolved.append(f"a DeviceClass of claim {reference['name']!r}")
         else:
-            requests.extend(found)
+            requests.extend(found[0])
+            partners.extend(found[1])
     special = extended_claim_name(pod)
     allocated = special is not None and ((claims.get((namespace, special)) or {}).get("status") or {}).get("allocation")
     if include_allocated or not allocated:
         requests.extend(extended_requests(pod, classes, driver))
-    return Demand(tuple(requests), tuple(unresolved))
+    return Demand(tuple(requests), tuple(unresolved), tuple(partners) if requests else ())
 
 
 def extended_requests(pod: dict[str, Any], classes: dict[str, dict[str, Any]], driver: str) -> list[Request]:

@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from extender.cel_eval import device_view
+from kube.names import STANDARD_NUMA_ATTRIBUTE
 from kube.units import quantity
 
 
@@ -126,6 +127,9 @@ class Node:
     counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     # Selector tuple -> the shape number of the devices it matches (extender.capacity).
     shapes: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
+    # Other drivers' devices here that publish the standard NUMA attribute, named
+    # `partner_name(driver, pool, device)`: what our devices can be aligned with.
+    partners: tuple[NodeDevice, ...] = ()
 
     @cached_property
     def allocations(self) -> int | None:
@@ -136,25 +140,26 @@ class Node:
 
 
 def nodes_from(node_objects: list[dict[str, Any]], slices: list[dict[str, Any]], driver: str) -> dict[str, Node]:
-    """Nodes with the devices our driver publishes (only pools whose latest generation is complete)."""
+    """Nodes with the devices our driver publishes, and other drivers' NUMA-placed devices (only
+    pools whose latest generation is complete)."""
     nodes = {
         n["metadata"]["name"]: Node(n["metadata"]["name"], dict(n["metadata"].get("labels") or {}))
         for n in node_objects
     }
-    latest: dict[str, int] = {}
+    latest: dict[tuple[str, str], int] = {}
     for resource_slice in slices:
         spec = resource_slice["spec"]
-        if spec.get("driver") == driver:
-            pool = spec["pool"]["name"]
-            latest[pool] = max(latest.get(pool, 0), int(spec["pool"].get("generation", 0)))
+        pool = (spec.get("driver", ""), spec["pool"]["name"])
+        latest[pool] = max(latest.get(pool, 0), int(spec["pool"].get("generation", 0)))
+    partners: dict[str, list[NodeDevice]] = {}
     for resource_slice in slices:
         spec = resource_slice["spec"]
         node = nodes.get(spec.get("nodeName") or "")
-        if (
-            spec.get("driver") != driver
-            or node is None
-            or int(spec["pool"].get("generation", 0)) != latest[spec["pool"]["name"]]
-        ):
+        slice_driver = spec.get("driver", "")
+        if node is None or int(spec["pool"].get("generation", 0)) != latest[(slice_driver, spec["pool"]["name"])]:
+            continue
+        if slice_driver != driver:
+            partners.setdefault(node.name, []).extend(_partners(node.name, slice_driver, spec))
             continue
         for counter_set in spec.get("sharedCounters") or []:
             node.counters[counter_set["name"]] = {k: quantity(v["value"]) for k, v in counter_set["counters"].items()}
@@ -179,7 +184,32 @@ def nodes_from(node_objects: list[dict[str, Any]], slices: list[dict[str, Any]],
                 tainted,
                 groups,
             )
+    for name, found in partners.items():
+        nodes[name].partners = tuple(found)
     return nodes
+
+
+def partner_name(driver: str, pool: str, device: str) -> str:
+    return f"{driver}/{pool}/{device}"
+
+
+def _partners(node: str, driver: str, spec: dict[str, Any]) -> list[NodeDevice]:
+    """Another driver's devices with a NUMA node, modelled optimistically (the scheduler's DRA
+    plugin has the last word): a shareable one is never used up, counters and taints are not
+    read, so the extender never refuses a node the allocator would take."""
+    return [
+        NodeDevice(
+            node,
+            partner_name(driver, spec["pool"]["name"], raw["name"]),
+            raw,
+            device_view(driver, raw),
+            (),
+            bool(raw.get("allowMultipleAllocations")),
+            False,
+        )
+        for raw in spec.get("devices") or []
+        if STANDARD_NUMA_ATTRIBUTE in (raw.get("attributes") or {})
+    ]
 
 
 @dataclass
@@ -190,11 +220,13 @@ class Usage:
     shared: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # multi device -> capacity used
     counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # counter set -> used
     groups: dict[str, frozenset[str]] = field(default_factory=dict)  # counter set -> groups its users share
+    partners: frozenset[str] = frozenset()  # other drivers' devices in use (`partner_name`)
 
     def within(self, other: Usage) -> bool:
         """Everything used here is used in `other` too (nothing was freed going from self to other)."""
         return (
             self.devices <= other.devices
+            and self.partners <= other.partners
             and _amounts_within(self.shared, other.shared)
             and _amounts_within(self.counters, other.counters)
         )
@@ -206,13 +238,14 @@ class Usage:
         _add_amounts(shared, other.shared)
         counters = {s: dict(c) for s, c in self.counters.items()}
         _add_amounts(counters, other.counters)
-        return Usage(self.devices | other.devices, shared, counters, {**other.groups, **self.groups})
+        groups = {**other.groups, **self.groups}
+        return Usage(self.devices | other.devices, shared, counters, groups, self.partners | other.partners)
 
     def minus(self, base: Usage) -> Usage:
         """What this usage holds beyond `base` (which it contains): what placing pods added."""
         shared = _subtract_amounts(self.shared, base.shared)
         counters = _subtract_amounts(self.counters, base.counters)
-        return Usage(self.devices - base.devices, shared, counters)
+        return Usage(self.devices - base.devices, shared, counters, partners=self.partners - base.partners)
 
     def fingerprint(self) -> tuple[Any, ...]:
         """Equal for equal usages: the state keeps one object per value (see ClusterState)."""
@@ -221,6 +254,7 @@ class Usage:
             tuple((d, tuple(sorted(c.items()))) for d, c in sorted(self.shared.items())),
             tuple((s, tuple(sorted(c.items()))) for s, c in sorted(self.counters.items())),
             tuple(sorted(self.groups.items(), key=lambda item: item[0])),
+            self.partners,
         )
 
     def copy(self) -> Usage:
@@ -229,6 +263,7 @@ class Usage:
             {d: dict(c) for d, c in self.shared.items()},
             {s: dict(c) for s, c in self.counters.items()},
             dict(self.groups),
+            self.partners,
         )
 
 
@@ -261,18 +296,25 @@ def _amounts_within(mine: dict[str, dict[str, Decimal]], theirs: dict[str, dict[
 
 def usage_from(claims: list[dict[str, Any]], nodes: dict[str, Node], driver: str) -> dict[str, Usage]:
     usage: dict[str, Usage] = {name: Usage() for name in nodes}
+    partner_nodes = {d.name: node.name for node in nodes.values() for d in node.partners if not d.multi}
+    in_use: dict[str, set[str]] = {}
     for claim in claims:
         allocation = (claim.get("status") or {}).get("allocation")
         if not allocation:
             continue
         for result in allocation.get("devices", {}).get("results") or []:
-            node = nodes.get(result.get("pool", ""))
-            if result.get("driver") != driver or node is None:
+            if result.get("driver") != driver:
+                name = partner_name(result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+                if name in partner_nodes:
+                    in_use.setdefault(partner_nodes[name], set()).add(name)
                 continue
-            device = node.devices.get(result["device"])
-            if device is None:
+            node = nodes.get(result.get("pool", ""))
+            device = node.devices.get(result["device"]) if node is not None else None
+            if node is None or device is None:
                 continue
             take(usage[node.name], device, {k: quantity(v) for k, v in (result.get("consumedCapacity") or {}).items()})
+    for name, partners in in_use.items():
+        usage[name].partners = frozenset(partners)
     return usage
 
 

@@ -1,6 +1,8 @@
 """Node scores for `/prioritize` (0..10 each, weighted). Pure.
 
-- NUMA fit: all devices of a request on one NUMA node scores highest.
+- NUMA fit: all devices of a request on one NUMA node scores highest; when the pod also asks other
+  drivers for devices that publish the standard NUMA attribute (a NIC), only where those fit on
+  that NUMA node too (cross-driver alignment, e.g. GPUDirect RDMA).
 - Packing: the node whose free matching devices best fit the pod (least left over) wins, so
   whole nodes stay free for big jobs.
 - Fraction packing: fractions and shares go to GPUs that are already shared.
@@ -12,17 +14,28 @@ from __future__ import annotations
 
 from collections import Counter
 
-from extender.capacity import Matcher, free_matching, place
+from extender.capacity import Matcher, free_matching, free_partners, place
 from extender.config import ScoreWeights
 from extender.demand import Demand, Request
 from extender.node_usage import Node, NodeDevice, Usage
+from kube.names import STANDARD_NUMA_ATTRIBUTE
 
 MAX = 10
 
 
-def numa_score(free: list[NodeDevice], request: Request) -> int:
+def numa_score(free: list[NodeDevice], request: Request, partners: list[tuple[list[NodeDevice], int]]) -> int:
+    """`partners`: for each of the pod's partner requests, its free devices here and its count."""
     per_numa = Counter(d.attribute("numaNode") for d in free)
-    return MAX if per_numa and max(per_numa.values()) >= request.count else MAX // 3
+    fitting = [numa for numa, count in per_numa.items() if count >= request.count]
+    if not fitting:
+        return MAX // 3
+    for numa in fitting:
+        if all(
+            sum(1 for d in devices if d.attribute(STANDARD_NUMA_ATTRIBUTE) == numa) >= count
+            for devices, count in partners
+        ):
+            return MAX
+    return MAX // 2  # ours on one NUMA node, another driver's devices only on others
 
 
 def packing_score(free: list[NodeDevice], matching: int, request: Request) -> int:
@@ -48,7 +61,13 @@ def score(node: Node, usage: Usage, demand: Demand, matcher: Matcher, weights: S
     exact_check_needed = len(demand.requests) > 1 or any(r.match_attribute or r.capacity for r in demand.requests)
     if exact_check_needed and place(node, usage, demand, matcher) is None:
         return 0
-    numa = min(numa_score(free, r) for free, r in zip(free_lists, demand.requests, strict=True))
+    # A partner none of whose devices here has a NUMA node (or none at all) cannot be aligned on any node.
+    partners = [
+        (free_partners(node, usage, p, matcher), p.count)
+        for p in demand.partners
+        if matcher.partners_matching(node, p.selectors)
+    ]
+    numa = min(numa_score(free, r, partners) for free, r in zip(free_lists, demand.requests, strict=True))
     packing = min(
         packing_score(free, len(matcher.matching(node, r.selectors)), r)
         for free, r in zip(free_lists, demand.requests, strict=True)

@@ -87,6 +87,11 @@ class ClusterState:
         self._usage: dict[str, Usage] = {}
         self._slices_by_node: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
         self._claims_by_node: dict[str, set[Key]] = defaultdict(set)
+        # Other drivers' pools of NUMA-placed devices (extender.node_usage `Node.partners`): their
+        # claims, and the node each pool is on.
+        self._claims_by_partner_pool: dict[tuple[str, str], set[Key]] = defaultdict(set)
+        self._partner_pool_node: dict[tuple[str, str], str] = {}
+        self._node_partner_pools: dict[str, set[tuple[str, str]]] = {}
         self._dirty_nodes: set[str] = set()
         self._dirty_usage: set[str] = set()
         # Pods that may be gang members, with their gangs and members kept current, and pods with
@@ -189,13 +194,16 @@ class ClusterState:
                 freeze_survivors()
                 self._since_freeze = 0
 
-    def _pools(self, claim: dict[str, Any]) -> set[str]:
+    def _pools(self, claim: dict[str, Any]) -> tuple[set[str], set[tuple[str, str]]]:
+        """Our pools (node names) the claim's allocation names, and other drivers' (driver, pool)."""
         allocation = (claim.get("status") or {}).get("allocation") or {}
-        return {
-            r.get("pool", "")
-            for r in allocation.get("devices", {}).get("results") or []
-            if r.get("driver") == self.driver
-        }
+        ours, theirs = set(), set()
+        for result in allocation.get("devices", {}).get("results") or []:
+            if result.get("driver") == self.driver:
+                ours.add(result.get("pool", ""))
+            else:
+                theirs.add((result.get("driver", ""), result.get("pool", "")))
+        return ours, theirs
 
     def _forget(self, kind: str, key: Key) -> None:
         old = self.objects[kind].pop(key, None)
@@ -251,12 +259,23 @@ class ClusterState:
         elif kind == "preemptions":
             self._reservation_touched(key, obj, stored)
         elif kind == "resourceclaims":
-            for pool in self._pools(obj):
+            ours, theirs = self._pools(obj)
+            for pool in ours:
                 if stored:
                     self._claims_by_node[pool].add(key)
                 else:
                     self._claims_by_node[pool].discard(key)
                 self._dirty_usage.add(pool)
+            for partner_pool in theirs:
+                if stored:
+                    self._claims_by_partner_pool[partner_pool].add(key)
+                else:
+                    self._claims_by_partner_pool[partner_pool].discard(key)
+                    if not self._claims_by_partner_pool[partner_pool]:
+                        del self._claims_by_partner_pool[partner_pool]
+                node = self._partner_pool_node.get(partner_pool)
+                if node is not None:
+                    self._dirty_usage.add(node)
 
     def _reservation_touched(self, key: Key, lease: dict[str, Any], stored: bool) -> None:
         old = self._reservations.pop(key, None)
@@ -312,13 +331,16 @@ class ClusterState:
                 if name in self._nodes:
                     nodes[name] = usage[name] = None
                 continue
-            nodes.update(nodes_from([node_object], list(self._slices_by_node[name].values()), self.driver))
+            slices = list(self._slices_by_node[name].values())
+            nodes.update(nodes_from([node_object], slices, self.driver))
+            self._partner_pools(name, slices)
             self._dirty_usage.add(name)
         self._dirty_nodes.clear()
         for name, node in nodes.items():
             if node is None:
                 self._nodes.pop(name, None)
                 self._usage.pop(name, None)
+                self._partner_pools(name, [])
             else:
                 self._nodes[name] = node
             self._note(("node", ("", name)), self.version)
@@ -327,11 +349,10 @@ class ClusterState:
                 if self._usage.pop(name, None) is not None:
                     usage[name] = None
                 continue
-            claims = [
-                self.objects["resourceclaims"][k]
-                for k in self._claims_by_node[name]
-                if k in self.objects["resourceclaims"]
-            ]
+            keys = self._claims_by_node[name]
+            for partner_pool in self._node_partner_pools.get(name, ()):
+                keys = keys | self._claims_by_partner_pool.get(partner_pool, set())
+            claims = [self.objects["resourceclaims"][k] for k in keys if k in self.objects["resourceclaims"]]
             claimed = usage_from(claims, {name: self._nodes[name]}, self.driver)[name]
             rebuilt = self._canonical(self._kept(name, claimed))
             if self._usage.get(name) != rebuilt:  # an update that changes nothing keeps the object
@@ -345,6 +366,18 @@ class ClusterState:
             self._usage_view = dict(self._usage)
         if nodes or usage:
             self._view = None
+
+    def _partner_pools(self, node: str, slices: list[dict[str, Any]]) -> None:
+        """Remember which other drivers' pools are on `node`, so their claims count there."""
+        pools = {(s["spec"].get("driver", ""), s["spec"]["pool"]["name"]) for s in slices}
+        pools = {pool for pool in pools if pool[0] != self.driver}
+        for pool in self._node_partner_pools.pop(node, set()) - pools:
+            if self._partner_pool_node.get(pool) == node:
+                del self._partner_pool_node[pool]
+        if pools:
+            self._node_partner_pools[node] = pools
+            for pool in pools:
+                self._partner_pool_node[pool] = node
 
     def _snapshot(self, kind: str) -> dict[Key, dict[str, Any]]:
         snapshot = self._snapshots.get(kind)

@@ -34,6 +34,10 @@ the marker included), so they send it to the extender themselves. A class's impl
 (deviceclass.resource.kubernetes.io/<class>) cannot be listed there (the scheduler refuses names in
 kubernetes.io domains): pods asking for it are placed by the scheduler alone."""
 
+STANDARD_NUMA_ATTRIBUTE = "resource.kubernetes.io/numaNode"
+"""KEP-6072's NUMA node attribute: every driver publishing it lets a claim's matchAttribute put its
+devices beside ours on one NUMA node (a GPU and another driver's NIC, for GPUDirect RDMA)."""
+
 CDI_VENDOR = f"k8s.{DRIVER_NAME}"
 CDI_CLASS = "claim"
 CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"

@@ -105,16 +105,23 @@ def gpu_pod(
     scheduler: str | None = None,
     priority_class: str | None = None,
     grace_seconds: int = 0,
+    more_claims: dict[str, str] | None = None,
 ) -> None:
-    """A pod whose one container uses one claim generated from `template`; with `pod_group`, a
-    member of that native PodGroup (spec.schedulingGroup, immutable once created); with
+    """A pod whose one container uses one claim generated from `template` (and one from each
+    template of `more_claims`, by claim name); with `pod_group`, a member of that native PodGroup
+    (spec.schedulingGroup, immutable once created); with
     `scheduler`, placed by that scheduler instead of the default one; with `priority_class`, of
     that PriorityClass; `grace_seconds` is its termination grace period."""
+    claims = {"gpus": template, **(more_claims or {})}
     spec: dict[str, Any] = {
         "containers": [
-            {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
+            {
+                "name": "main",
+                "image": "registry.invalid/cuda:12",
+                "resources": {"claims": [{"name": claim} for claim in claims]},
+            }
         ],
-        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+        "resourceClaims": [{"name": claim, "resourceClaimTemplateName": t} for claim, t in claims.items()],
         "terminationGracePeriodSeconds": grace_seconds,
     }
     if scheduler:

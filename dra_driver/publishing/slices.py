@@ -18,7 +18,7 @@ from typing import Any
 from dra_driver.inventory import Gpu, Health, Inventory, MigProfile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.published import DeviceKind, Fraction, PublishedDevice, memory_slice_counter
-from kube.names import DRIVER_NAME
+from kube.names import DRIVER_NAME, STANDARD_NUMA_ATTRIBUTE
 from kube.units import MIB
 
 MAX_DEVICES_PER_SLICE = 128
@@ -76,7 +76,7 @@ def _common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, Any]:
         attributes["numaNode"] = {"int": gpu.numa_node}
         # KEP-6072's standard name, so a claim can align a GPU with another driver's NIC or CPU
         # (matchAttribute); a scalar, as drivers publish it while DRAListTypeAttributes is off.
-        attributes["resource.kubernetes.io/numaNode"] = {"int": gpu.numa_node}
+        attributes[STANDARD_NUMA_ATTRIBUTE] = {"int": gpu.numa_node}
     if gpu.pcie_root:
         attributes["resource.kubernetes.io/pcieRoot"] = {"string": gpu.pcie_root}
     return attributes
