@@ -161,3 +161,36 @@ def test_the_extender_sends_a_gpu_pod_where_its_separately_claimed_nic_shares_a_
                 assert numa == {"gpu": 0, "nic": 0}, (name, numa)
             else:
                 assert placed == far, "with the near node's GPUs gone, the pod still runs elsewhere"
+
+
+def test_a_gang_tied_to_nics_is_planned_only_where_each_member_has_a_nic_beside_its_gpu(
+    harness: ExtenderCluster,
+) -> None:
+    """A gang of 8, each member's claim 1 GPU + 1 NIC on one NUMA node. The first node has four free
+    GPUs, but on NUMA node 0 while its NICs sit on 1 (a filler holds NUMA node 1's GPUs): no
+    member can go there. Counting GPUs alone, it is the tightest node, so the plan put four members
+    on it, the scheduler's DRA filter refused them there, and the gang never completed. The other
+    two nodes hold four members each, beside their NICs."""
+    api = harness.api
+    blocked, *good = harness.add_gpu_nodes(3)
+    with _nics(harness, {blocked: 1, good[0]: 0, good[1]: 0}), fresh_namespace(api, "numa-gang") as namespace:
+        on_numa_1 = f"device.attributes['{DRIVER_NAME}'].numaNode == 1"
+        claim_template(api, namespace, "numa-1", [request("gpus", GPU_CLASS, on_numa_1, count=4)])
+        gpu_pod(api, namespace, "filler", "numa-1", node=blocked)
+        wait_for(partial(bound, api, namespace, ["filler"]), 60, "filler bound")
+        claim_template(
+            api,
+            namespace,
+            "gpu-and-nic",
+            [request("gpu", GPU_CLASS), request("nic", NIC_CLASS)],
+            [{"requests": ["gpu", "nic"], "matchAttribute": NUMA}],
+        )
+        members = [f"m{index}" for index in range(8)]
+        labels = {"nativedra.dev/gang": "train", "nativedra.dev/gang-size": str(len(members))}
+        for name in members:
+            gpu_pod(api, namespace, name, "gpu-and-nic", labels=labels)
+        wait_for(lambda: len(bound(api, namespace, members)) == len(members), 90, "the whole gang bound")
+        placed = bound(api, namespace, members)
+        assert sorted(placed.values()) == sorted(good * 4), placed
+        for name in members:
+            assert _devices_numa(api, namespace, name) == {"gpu": 0, "nic": 0}, name
