@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Partner, Request
-from extender.lru import LruCache
+from extender.lru import GenerationalCache
 from extender.node_usage import Node, NodeDevice, Usage, take
 from kube.names import STANDARD_NUMA_ATTRIBUTE
 
@@ -27,7 +27,8 @@ class Matcher:
     """Devices of a node that match a selector tuple, computed once per node version; and how many
     pods of a demand fit on a node (`members_fit`), once per node and usage object. Both caches are
     keyed by what pods ask for, so both are bounded (least recently used out): a stream of distinct
-    selectors or demands costs recomputation, never memory. `fit_cache_size` is raised by the
+    selectors or demands costs recomputation, never memory (extender.lru.GenerationalCache: the most
+    recently written half is kept whole). `fit_cache_size` is raised by the
     caller to what one plan of the cluster touches (nodes x gangs), so a re-plan finds every node
     it did not change; `fit_cache_size` bounds it all the same."""
 
@@ -41,11 +42,13 @@ class Matcher:
     ) -> None:
         self.selectors = selectors
         self.driver = driver
-        self._cache: LruCache[tuple[str, tuple[str, ...]], tuple[Node, list[NodeDevice], int]] = LruCache(cache_size)
+        self._cache: GenerationalCache[tuple[str, tuple[str, ...]], tuple[Node, list[NodeDevice], int]] = (
+            GenerationalCache(cache_size)
+        )
 
         # (node name, id of the usage object, demand, limit) -> (node, usage, count, usage after): the
         # entry keeps the usage object alive, so its id cannot be reused while the entry is there.
-        self.fits: LruCache[FitKey, tuple[Node, Usage, int, Usage]] = LruCache(fit_cache_size)
+        self.fits: GenerationalCache[FitKey, tuple[Node, Usage, int, Usage]] = GenerationalCache(fit_cache_size)
 
     def matching(self, node: Node, expressions: tuple[str, ...]) -> list[NodeDevice]:
         return self._matching(node, expressions)[1]

@@ -135,7 +135,8 @@ class CurrentPlan:
         with collector_paused() if scratch else contextlib.nullcontext():
             if gangs is None:
                 gangs = self.gangs(view, extra)
-            # Room for every (node, gang) fit of one plan, so the next finds all those it did not change.
+            # Room for every (node, gang) fit of one plan in the young half of the cache, so the next
+            # plan finds all those it did not change.
             wanted = 2 * len(view.nodes) * (len(gangs) + 1)
             self.matcher.fits.capacity = min(max(Matcher.FIT_CACHE_SIZE, wanted), self.FIT_CACHE_MAX)
             result = plan_cluster(

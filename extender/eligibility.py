@@ -46,6 +46,15 @@ def selector_matches(selector: dict[str, Any], labels: Mapping[str, str]) -> boo
     return all(_expression_matches(labels, e) for e in selector.get("matchExpressions") or [])
 
 
+def selection_key(pod_spec: dict[str, Any]) -> str:
+    """Equal for pod specs that `eligible` judges alike on every node: what it reads of them."""
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    selector = pod_spec.get("nodeSelector")
+    return json.dumps([selector, required], sort_keys=True) if selector or required else ""
+
+
 def eligible(pod_spec: dict[str, Any], node_name: str, labels: dict[str, str]) -> bool:
     """By selector and affinity only: a placed member's nodeName says nothing about its siblings."""
     selector = pod_spec.get("nodeSelector") or {}

@@ -65,7 +65,7 @@ def hold_clock(
     members = frozenset((m.pod, m.node, m.done) for m in gang.members)
 
     def usable() -> dict[str, Usage]:  # only expired gangs look at usage: most plans skip the nodes
-        return {name: usage[name] for name, node in nodes.items() if gang.may_use(node)}
+        return {name: usage[name] for name in gang.usable_nodes(nodes)}
 
     looked_at: dict[str, Usage | None] | None = None
     if previous is None:

@@ -40,3 +40,36 @@ class LruCache(Generic[K, V]):
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)
+
+
+class GenerationalCache(Generic[K, V]):
+    """A bounded cache for the planner's hottest reads (a node's fit, asked for every node of every
+    domain of every gang): no lock and no reordering per read, which in `LruCache` cost more than
+    the dictionary lookup itself. Entries live in two generations of `capacity / 2` each: writes go
+    to the young one; once it is full the old one is dropped and the young one becomes old. A read
+    found only in the old generation is written to the young one, so what is used keeps living.
+    Safe under the GIL: each step is one dictionary operation, and a reader racing a turnover at
+    worst misses and recomputes."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 2:
+            raise ValueError(f"a generational cache needs room for at least two entries, not {capacity}")
+        self.capacity = capacity
+        self._young: dict[K, V] = {}
+        self._old: dict[K, V] = {}
+
+    def get(self, key: K) -> V | None:
+        value = self._young.get(key)
+        if value is None:
+            value = self._old.get(key)
+            if value is not None:
+                self.put(key, value)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        if len(self._young) >= self.capacity // 2:
+            self._old, self._young = self._young, {}
+        self._young[key] = value
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)

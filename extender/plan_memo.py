@@ -25,7 +25,7 @@ def _same_members(before: list[Member], now: list[Member]) -> bool:
 def _usable_names(gang: Gang, nodes: dict[str, Node]) -> frozenset[str]:
     """Every node whose usage can change the gang's plan: one it, or any of its parts, may use."""
     parts: list[Part | None] = [None, *gang.parts]
-    return frozenset(name for name, node in nodes.items() if any(gang.may_use(node, part) for part in parts))
+    return frozenset().union(*(gang.usable_nodes(nodes, part) for part in parts))
 
 
 @dataclass(frozen=True)

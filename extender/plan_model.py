@@ -10,11 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.demand import Demand
-from extender.eligibility import ANY_NODE, PodAffinity, eligible
+from extender.eligibility import ANY_NODE, PodAffinity, eligible, selection_key
 from extender.gang import GangRef, Part
+from extender.lru import LruCache
 from extender.node_usage import Node, Usage
 
 ANYWHERE = "the cluster"
+# Usable node sets shared by gangs that select nodes alike (see `Gang.usable_nodes`): an entry keeps
+# its nodes mapping, so the mapping's id is not reused while the entry is there.
+_USABLE: LruCache[tuple[int, str, PodAffinity], tuple[Mapping[str, Node], frozenset[str]]] = LruCache(256)
 # How long a gang holds capacity without progress, and how long one gang's planning may take (so
 # one gang never delays the answers of the others past the scheduler's httpTimeout); the
 # extender's configuration starts from these.
@@ -140,6 +144,22 @@ class Gang:
             demands = tuple(dict.fromkeys(self.demand(part) for part in (None, *self.parts)))
             self._shape = (len(self.members), (max(self.size, 1), demands))
         return self._shape[1]
+
+    def usable_nodes(self, nodes: Mapping[str, Node], part: Part | None = None) -> frozenset[str]:
+        """The names of `nodes` that `may_use` accepts. Gangs whose stand-ins select nodes alike (most
+        select none) share one answer per nodes mapping: planning asks it of every gang, for every
+        node, so a cluster of 10,000 nodes and 20 waiting gangs asked 600,000 times per plan."""
+        member = self.representative(part)
+        if member is None:
+            return frozenset(nodes)
+        own = len(self.parts) == 1 or (part is not None and member.part == part.key)
+        key = (id(nodes), selection_key(member.spec), member.affinity if own else ANY_NODE)
+        cached = _USABLE.get(key)
+        if cached is not None and cached[0] is nodes:
+            return cached[1]
+        found = frozenset(name for name, node in nodes.items() if self.may_use(node, part))
+        _USABLE.put(key, (nodes, found))
+        return found
 
     def may_use(self, node: Node, part: Part | None = None) -> bool:
         """By the stand-in's node selection, and by its inter-pod (anti-)affinity where that speaks

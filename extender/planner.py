@@ -51,13 +51,14 @@ def gang_domains(
 ) -> dict[str, list[str]]:
     """Domain value -> nodes the gang (or one part) may use there; members already placed decide
     the domain."""
-    usable = {name: node for name, node in nodes.items() if gang.may_use(node, part)}
+    usable = gang.usable_nodes(nodes, part)
     if not level:
         return {ANYWHERE: sorted(usable)}
     domains: dict[str, list[str]] = defaultdict(list)
-    for name, node in sorted(usable.items()):
-        if level in node.labels:
-            domains[node.labels[level]].append(name)
+    for name in sorted(usable):
+        labels = nodes[name].labels
+        if level in labels:
+            domains[labels[level]].append(name)
     members = gang.part_placed(part) if part is not None else gang.placed
     placed = {nodes[m.node].labels.get(level) for m in members if m.node in nodes}
     if placed:

@@ -243,6 +243,9 @@ class ExtenderFilterResult(_Wire):
     Error: str = ""
 
 
+_NOT_IN_NODE_NAMES = ('"', ",", ":", "\\", "\0")
+
+
 def encode_priorities(scores: dict[str, int]) -> bytes:
     """The prioritize answer (a HostPriorityList) as JSON, nodes scoring 0 left out: kube-scheduler
     adds an extender's score per listed host and a host it does not list gets 0 (prioritizeNodes'
@@ -250,7 +253,17 @@ def encode_priorities(scores: dict[str, int]) -> bytes:
     Scores out of 0..10 are a bug: refused."""
     if not all(0 <= score <= 10 for score in scores.values()):
         raise ValueError(f"a score outside 0..10: {sorted(set(scores.values()))}")
-    return orjson.dumps([{"Host": name, "Score": score} for name, score in scores.items() if score])
+    listed = {name: score for name, score in scores.items() if score}
+    if not listed:
+        return b"[]"
+    names = "".join(listed)
+    if any(mark in names for mark in _NOT_IN_NODE_NAMES):
+        return orjson.dumps([{"Host": name, "Score": score} for name, score in listed.items()])
+    # Node names (DNS subdomains) hold none of those marks, so in orjson's encoding of {name: score}
+    # `,"` only opens a name and `":` only closes one: rewriting them is the list, without building
+    # one dictionary per node (at 10,000 nodes 5 ms of Python, against 0.5 ms).
+    pairs = orjson.dumps(listed)[2:-1].replace(b',"', b"\0").replace(b'":', b'","Score":')
+    return b'[{"Host":"' + pairs.replace(b"\0", b'},{"Host":"') + b"}]"
 
 
 def filter_result(args: ExtenderArgs, passing: list[str] | None, failed: dict[str, str], error: str = "") -> bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.lru import LruCache
+from extender.lru import GenerationalCache, LruCache
 
 
 def test_the_least_recently_used_entry_goes_first() -> None:
@@ -39,3 +39,27 @@ def test_any_stream_of_distinct_keys_stays_within_the_bound() -> None:
 def test_a_cache_without_room_is_refused(capacity: int) -> None:
     with pytest.raises(ValueError, match=f"at least one entry, not {capacity}"):
         LruCache[str, int](capacity)
+
+
+def test_a_generational_cache_never_holds_more_than_its_capacity() -> None:
+    cache: GenerationalCache[int, int] = GenerationalCache(100)
+    for key in range(10_000):
+        cache.put(key, key)
+        assert len(cache) <= 100
+    assert cache.get(9_999) == 9_999 and cache.get(0) is None
+
+
+def test_a_generational_cache_keeps_what_is_read_and_drops_what_is_not() -> None:
+    cache: GenerationalCache[str, int] = GenerationalCache(4)
+    cache.put("used", 1)
+    cache.put("unused", 2)
+    cache.put("x", 3)  # the young half was full: "used" and "unused" are now old
+    assert cache.get("used") == 1  # read back into the young half
+    cache.put("y", 4)  # another turnover drops the old half, "unused" with it
+    assert cache.get("unused") is None
+    assert cache.get("used") == 1
+
+
+def test_a_generational_cache_refuses_a_capacity_without_two_halves() -> None:
+    with pytest.raises(ValueError, match="at least two"):
+        GenerationalCache(1)

@@ -38,9 +38,8 @@ def _template(name: str, count: int, selector: str | None = None, match: str | N
     return template
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_every_nodes_score_equals_a_fresh_score_of_that_node(seed: int) -> None:
-    rng = random.Random(seed)  # noqa: S311 - reproducible layouts, not secrets
+def _busy_state(rng: random.Random) -> tuple[ClusterState, list[dict[str, Any]], list[dict[str, Any]]]:
+    """120 nodes in a few usage patterns, every GPU with a uuid of its own; the pod shapes; the claims."""
     node_objects, slices = builders.node_objects({f"n{index:03d}": {} for index in range(120)})
     uuid_of = {}
     for resource_slice in slices:  # every GPU a uuid of its own, as on real hardware
@@ -80,6 +79,12 @@ def test_every_nodes_score_equals_a_fresh_score_of_that_node(seed: int) -> None:
     }
     for kind, items in objects.items():
         state.replace(kind, json.loads(json.dumps(items)))
+    return state, shapes, claims
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_nodes_score_equals_a_fresh_score_of_that_node(seed: int) -> None:
+    state, shapes, _ = _busy_state(random.Random(seed))  # noqa: S311 - reproducible layouts, not secrets
     view = state.view()
     assert len({id(u) for u in view.usage.values()}) <= len(PATTERNS), "one usage object per value"
     decider = Decider(ExtenderConfig())
@@ -96,3 +101,36 @@ def test_every_nodes_score_equals_a_fresh_score_of_that_node(seed: int) -> None:
         }
         assert scores == fresh, shape["metadata"]["name"]
     assert len(set(fresh.values())) > 1
+
+
+def test_an_answer_patched_after_watch_events_equals_a_fresh_one() -> None:
+    """`prioritize` rescores only the nodes whose objects changed since its last answer for the
+    pod's demand: after each round of claims freed or taken and node labels changed, the answer
+    equals a fresh score of every node."""
+    rng = random.Random(3)  # noqa: S311 - reproducible events, not secrets
+    state, shapes, claims = _busy_state(rng)
+    decider = Decider(ExtenderConfig(stale_plan_seconds=0))  # judged by a plan of each view, not an older one
+    pods = [builders.pod(f"asks-{s['metadata']['name']}", namespace=NS, template=s["metadata"]["name"]) for s in shapes]
+    allocations = {c["metadata"]["name"]: c["status"] for c in claims}
+    changed_scores = 0
+    for round_number in range(25):
+        view = state.view()
+        for pod in pods:
+            scores = decider.prioritize(view, pod, sorted(view.nodes))  # a new list, as each request decodes one
+            demand = decider.demand(view, pod)
+            fresh = {
+                name: score(node, view.usage[name], demand, decider.matcher, decider.config.weights)
+                for name, node in view.nodes.items()
+            }
+            assert scores == fresh, (round_number, pod["metadata"]["name"])
+        before = dict(scores)
+        for listed in rng.sample(claims, 6):
+            claim = json.loads(json.dumps(listed))
+            claim["status"] = {} if rng.random() < 0.5 else allocations[claim["metadata"]["name"]]
+            state.apply("MODIFIED", "resourceclaims", claim)
+        node = json.loads(json.dumps(rng.choice(list(state.objects["nodes"].values()))))
+        node["metadata"].setdefault("labels", {})["round"] = str(round_number)
+        state.apply("MODIFIED", "nodes", node)
+        view = state.view()
+        changed_scores += decider.prioritize(view, pods[-1], sorted(view.nodes)) != before
+    assert changed_scores > 10, "the events changed answers: the patching was put to the test"

@@ -58,6 +58,13 @@ def test_prioritize_lists_only_the_nodes_it_scores_above_zero() -> None:
         encode_priorities({"a": 11})
 
 
+@settings(max_examples=300, deadline=None)
+@given(scores=st.dictionaries(NODE_NAME | st.text(max_size=12), st.integers(0, 10)))
+def test_the_prioritize_answer_is_each_scored_node_whatever_its_name(scores: dict[str, int]) -> None:
+    """Node names get a fast encoding; any other text (quotes, commas, colons, escapes) the plain one."""
+    assert json.loads(encode_priorities(scores)) == [{"Host": h, "Score": s} for h, s in scores.items() if s]
+
+
 def _outcome(parse: Any, body: bytes) -> tuple[str, Any]:
     try:
         args = parse(body)
