@@ -87,6 +87,17 @@ def _nics(harness: ExtenderCluster, nic_numa: dict[str, int]) -> Iterator[None]:
         harness.remove_nodes()
 
 
+def _gpu_beside_nic(api: client.ApiClient, namespace: str, name: str) -> None:
+    """A claim template of 1 GPU + 1 NIC on one NUMA node (the standard attribute)."""
+    claim_template(
+        api,
+        namespace,
+        name,
+        [request("gpu", GPU_CLASS), request("nic", NIC_CLASS)],
+        [{"requests": ["gpu", "nic"], "matchAttribute": NUMA}],
+    )
+
+
 def _devices_numa(api: client.ApiClient, namespace: str, pod: str) -> dict[str, int]:
     """Request name -> NUMA node of the device allocated for it, over the pod's claims."""
     claims = RESOURCE_CLAIMS.list(api).get("items") or []
@@ -105,13 +116,7 @@ def test_twenty_claims_each_get_a_gpu_and_a_nic_of_one_numa_node(harness: Extend
     nodes = harness.add_gpu_nodes(NODES)
     nic_numa = {node: index % 2 for index, node in enumerate(nodes)}
     with _nics(harness, nic_numa), fresh_namespace(api, "numa") as namespace:
-        claim_template(
-            api,
-            namespace,
-            "gpu-and-nic",
-            [request("gpu", GPU_CLASS), request("nic", NIC_CLASS)],
-            [{"requests": ["gpu", "nic"], "matchAttribute": NUMA}],
-        )
+        _gpu_beside_nic(api, namespace, "gpu-and-nic")
         pods = [f"p{index:02d}" for index in range(CLAIMS)]
         for name in pods:
             gpu_pod(api, namespace, name, "gpu-and-nic")
@@ -178,13 +183,7 @@ def test_a_gang_tied_to_nics_is_planned_only_where_each_member_has_a_nic_beside_
         claim_template(api, namespace, "numa-1", [request("gpus", GPU_CLASS, on_numa_1, count=4)])
         gpu_pod(api, namespace, "filler", "numa-1", node=blocked)
         wait_for(partial(bound, api, namespace, ["filler"]), 60, "filler bound")
-        claim_template(
-            api,
-            namespace,
-            "gpu-and-nic",
-            [request("gpu", GPU_CLASS), request("nic", NIC_CLASS)],
-            [{"requests": ["gpu", "nic"], "matchAttribute": NUMA}],
-        )
+        _gpu_beside_nic(api, namespace, "gpu-and-nic")
         members = [f"m{index}" for index in range(8)]
         labels = {"nativedra.dev/gang": "train", "nativedra.dev/gang-size": str(len(members))}
         for name in members:
