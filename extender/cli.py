@@ -32,6 +32,7 @@ from extender.app import RequestLimits, create_app, create_probe_app
 from extender.cert_expiry import ExpiryWatch, api_warning_poster, pod_from_env
 from extender.config import ConfigError, load_config
 from extender.decide import Decider
+from extender.gc_control import space_out_collections
 from extender.health import Watchdog
 from extender.informer import DEFAULT_NAMESPACE, run_informer
 from extender.leader import LeaderLease
@@ -128,6 +129,7 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"nativedra extender: {error}", file=sys.stderr)
         return 2
+    space_out_collections()
     api = api_client(args.kubeconfig)
     state = ClusterState(config.driver)
     stop = threading.Event()

@@ -21,6 +21,18 @@ from collections.abc import Iterator
 
 _paused = 0
 _paused_lock = threading.Lock()
+# Tracked objects allocated (net) between two young collections; CPython's default is 700.
+YOUNG_THRESHOLD = 50_000
+
+
+def space_out_collections() -> None:
+    """Fewer, larger young collections for the extender's process. A call at 10,000 nodes makes
+    containers of 10,000 entries (the node names it was sent, its scores, the view's mappings), and
+    every young collection while they live walks them: at the default threshold that was about 40
+    collections a call, 600 of them over 3 ms in one benchmark run, and each prioritize paid a few.
+    At this threshold that run had 73, and its prioritize p99 after status events went from 16.5 to
+    6.5 ms. Cyclic garbage waits a little longer for its collection; refcounting frees the rest."""
+    gc.set_threshold(YOUNG_THRESHOLD, 20, 20)
 
 
 def freeze_survivors() -> None:

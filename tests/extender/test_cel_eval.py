@@ -107,5 +107,6 @@ def test_caches_stay_bounded_while_50k_distinct_selectors_churn() -> None:
         grown = tracemalloc.get_traced_memory()[0] - settled
     finally:
         tracemalloc.stop()
-    assert selectors.sizes() == (512, 1024) and 256 <= len(matcher) <= 512
+    programs, results = selectors.sizes()
+    assert 256 <= programs <= 512 and 512 <= results <= 1024 and 256 <= len(matcher) <= 512
     assert grown < 256 * 1024, f"4000 more distinct selectors grew memory by {grown / 1024:.0f} KiB"
