@@ -10,7 +10,7 @@ from decimal import Decimal
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Partner, Request
 from extender.lru import GenerationalCache
-from extender.node_usage import Node, NodeDevice, Usage, take
+from extender.node_usage import IDENTITY_ATTRIBUTES, Node, NodeDevice, Usage, take
 from kube.names import STANDARD_NUMA_ATTRIBUTE
 
 FitKey = tuple[str, int, Demand, int]
@@ -49,6 +49,16 @@ class Matcher:
         # (node name, id of the usage object, demand, limit) -> (node, usage, count, usage after): the
         # entry keeps the usage object alive, so its id cannot be reused while the entry is there.
         self.fits: GenerationalCache[FitKey, tuple[Node, Usage, int, Usage]] = GenerationalCache(fit_cache_size)
+        # (node model, selectors) -> (names of the matching devices, their shape number): a new pod
+        # shape's selectors run CEL on one node of each model, not on every device of every node.
+        self._by_model: GenerationalCache[tuple[int, tuple[str, ...]], tuple[tuple[str, ...], int]] = GenerationalCache(
+            cache_size
+        )
+        self._reads_no_identity: GenerationalCache[tuple[str, ...], bool] = GenerationalCache(cache_size)
+        self._identity = frozenset(
+            (domain, name) if domain else (driver, name)
+            for domain, _, name in (attribute.rpartition("/") for attribute in IDENTITY_ATTRIBUTES)
+        )
 
     def matching(self, node: Node, expressions: tuple[str, ...]) -> list[NodeDevice]:
         return self._matching(node, expressions)[1]
@@ -82,12 +92,28 @@ class Matcher:
         cached = self._cache.get(key)
         if cached is not None and cached[0] is node:
             return cached
-        found = [
-            d for d in node.devices.values() if not d.tainted and self.selectors.all_match(list(expressions), d.view)
-        ]
-        entry = (node, found, self._shape_id(node, found))
+        alike = self._by_model.get((node.model, expressions)) if self._shareable(expressions) else None
+        if alike is not None:
+            entry = (node, [node.devices[name] for name in alike[0]], alike[1])
+        else:
+            found = [
+                d
+                for d in node.devices.values()
+                if not d.tainted and self.selectors.all_match(list(expressions), d.view)
+            ]
+            entry = (node, found, self._shape_id(node, found))
+            if self._shareable(expressions):
+                self._by_model.put((node.model, expressions), (tuple(d.name for d in found), entry[2]))
         self._cache.put(key, entry)
         return entry
+
+    def _shareable(self, expressions: tuple[str, ...]) -> bool:
+        """Whether the selectors read no device identity, so one node's matches serve its model's."""
+        known = self._reads_no_identity.get(expressions)
+        if known is None:
+            known = self.selectors.reads_none_of(expressions, self._identity)
+            self._reads_no_identity.put(expressions, known)
+        return known
 
     def _shape_id(self, node: Node, found: list[NodeDevice]) -> int:
         shape = tuple(

@@ -313,6 +313,22 @@ class Selectors:
         self._results.put(key, result)
         return result
 
+    def reads_none_of(self, expressions: tuple[str, ...], attributes: frozenset[tuple[str, str]]) -> bool:
+        """Whether no expression reads any of these (domain, name) attributes, so devices that differ
+        only in them match alike. An expression that walks the device's maps could read anything."""
+        for expression in expressions:
+            compiled = self._compile(expression)
+            if compiled.program is None:
+                continue  # matches every device whatever it reads
+            if compiled.references is None:
+                return False
+            if any(
+                section == "attributes" and (domain, name) in attributes
+                for section, domain, name in compiled.references
+            ):
+                return False
+        return True
+
     def all_match(self, expressions: list[str], view: dict[str, Any]) -> bool:
         return all(self.matches(expression, view) for expression in expressions)
 

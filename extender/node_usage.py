@@ -6,6 +6,7 @@ lives only in memory.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -119,6 +120,23 @@ class _Capacity:
         return requested
 
 
+# What tells one GPU from its twin on another node of the same model: the attributes `Node.model`
+# leaves out, as published attribute names.
+IDENTITY_ATTRIBUTES = ("uuid", "resource.kubernetes.io/pciBusID")
+_MODELS: dict[tuple[object, ...], int] = {}
+_MODEL_NUMBERS = itertools.count()
+MAX_MODELS = 65_536  # distinct node models numbered at once
+
+
+def _without_identity(raw: dict[str, Any]) -> dict[str, Any]:
+    attributes = raw.get("attributes") or {}
+    return {
+        "attributes": {k: v for k, v in attributes.items() if k not in IDENTITY_ATTRIBUTES},
+        "capacity": raw.get("capacity"),
+        "allowMultipleAllocations": raw.get("allowMultipleAllocations"),
+    }
+
+
 @dataclass
 class Node:
     name: str
@@ -130,6 +148,26 @@ class Node:
     # Other drivers' devices here that publish the standard NUMA attribute, named
     # `partner_name(driver, pool, device)`: what our devices can be aligned with.
     partners: tuple[NodeDevice, ...] = ()
+
+    @cached_property
+    def model(self) -> int:
+        """A number for all that selectors, placing and scoring can read of this node's devices,
+        less each device's identity (`IDENTITY`): nodes of one hardware model and configuration
+        share it, so a selector that reads no identity matches the same devices on each of them
+        (extender.capacity). Worked out once per node object, when first asked."""
+        key = (
+            tuple(
+                (d.name, d.tainted, d.multi, d.consumes, d.groups, repr(_without_identity(d.raw)))
+                for d in self.devices.values()
+            ),
+            repr(sorted(self.counters.items())),
+        )
+        number = _MODELS.get(key)
+        if number is None:
+            if len(_MODELS) >= MAX_MODELS:
+                _MODELS.clear()  # numbers are never reused: only sharing restarts
+            number = _MODELS[key] = next(_MODEL_NUMBERS)
+        return number
 
     @cached_property
     def allocations(self) -> int | None:

@@ -10,8 +10,8 @@ from dra_driver.publishing.slices import build_slices
 from extender.capacity import Matcher, available, members_fit
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
-from extender.node_usage import Usage, nodes_from, take
-from testkit.builders import DRIVER, FRACTION, SHARE, gpu_nodes
+from extender.node_usage import Node, Usage, nodes_from, take
+from testkit.builders import DRIVER, FRACTION, GPU, SHARE, gpu_nodes, node_objects
 
 SHARE_NODE = gpu_nodes({"n": {}}, shares=True)["n"]
 
@@ -45,3 +45,48 @@ def test_a_gpu_whose_mig_placement_is_in_use_offers_no_fraction() -> None:
     assert available(node, usage, node.devices["gpu-1-1of2-0"], half)
     assert available(node, usage, node.devices["gpu-0-1g-10gb-1"], Request(("true",), 1))
     assert available(node, Usage(), node.devices["gpu-0-1of2-0"], half), "a free GPU takes either mode"
+
+
+def _twins(product_of_b: str | None = None) -> dict[str, Node]:
+    """Nodes a and b of one model, every GPU with a uuid and PCI address of its own; b's product
+    name changed when asked (another model)."""
+    node_list, slices = node_objects({"a": {}, "b": {}})
+    for resource_slice in slices:
+        node = resource_slice["spec"]["nodeName"]
+        for device in resource_slice["spec"].get("devices") or []:
+            attributes = device.get("attributes") or {}
+            if "uuid" in attributes:
+                attributes["uuid"] = {"string": f"GPU-{node}-{device['name']}"}
+                attributes["resource.kubernetes.io/pciBusID"] = {"string": f"{node}:{device['name']}"}
+                if node == "b" and product_of_b:
+                    attributes["productName"] = {"string": product_of_b}
+    return nodes_from(node_list, slices, DRIVER)
+
+
+def _matched(nodes: dict[str, Node], selector: str) -> dict[str, list[str]]:
+    matcher = Matcher(Selectors(), DRIVER)
+    found = {name: matcher.matching(node, (GPU, selector)) for name, node in nodes.items()}
+    assert all(d.node == name for name, devices in found.items() for d in devices), "each node's own devices"
+    return {name: [d.name for d in devices] for name, devices in found.items()}
+
+
+def test_nodes_that_differ_only_in_device_identity_are_one_model() -> None:
+    assert _twins()["a"].model == _twins()["b"].model
+    other = _twins(product_of_b="NVIDIA H100 80GB HBM3")
+    assert other["a"].model != other["b"].model
+
+
+def test_a_selector_on_a_non_identity_attribute_matches_each_model_apart() -> None:
+    nodes = _twins(product_of_b="NVIDIA H100 80GB HBM3")
+    found = _matched(nodes, f"device.attributes['{DRIVER}'].productName == 'NVIDIA H100 80GB HBM3'")
+    assert found == {"a": [], "b": [f"gpu-{i}" for i in range(8)]}
+
+
+def test_a_selector_on_a_devices_identity_is_matched_device_by_device() -> None:
+    nodes = _twins()
+    assert _matched(nodes, f"device.attributes['{DRIVER}'].uuid != 'GPU-a-gpu-3'")["a"] == [
+        f"gpu-{i}" for i in range(8) if i != 3
+    ]
+    assert len(_matched(nodes, f"device.attributes['{DRIVER}'].uuid != 'GPU-a-gpu-3'")["b"]) == 8
+    pci = "device.attributes['resource.kubernetes.io'].pciBusID == 'b:gpu-5'"
+    assert _matched(nodes, pci) == {"a": [], "b": ["gpu-5"]}
