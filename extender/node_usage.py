@@ -14,6 +14,8 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
+import orjson
+
 from extender.cel_eval import device_view
 from kube.names import STANDARD_NUMA_ATTRIBUTE
 from kube.units import quantity
@@ -27,13 +29,19 @@ class NodeDevice:
     node: str
     name: str
     raw: dict[str, Any]
-    view: dict[str, Any]  # what CEL sees
+    driver: str  # the driver that publishes it
     consumes: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...]  # (counter set, ((counter, amount), ...))
     multi: bool
     tainted: bool
     # (counter set, its compatibility groups) where the device names some (1.37 alpha): devices that
     # draw on one counter set are allocated together only while they share a group.
     groups: tuple[tuple[str, frozenset[str]], ...] = ()
+
+    @cached_property
+    def view(self) -> dict[str, Any]:
+        """What CEL sees, made when first needed: with node models (`Node.model`) selectors run on
+        one node of each model, so most devices never need one."""
+        return device_view(self.driver, self.raw)
 
     def attribute(self, name: str) -> Any:
         value = self.raw.get("attributes", {}).get(name)
@@ -157,7 +165,7 @@ class Node:
         (extender.capacity). Worked out once per node object, when first asked."""
         key = (
             tuple(
-                (d.name, d.tainted, d.multi, d.consumes, d.groups, repr(_without_identity(d.raw)))
+                (d.name, d.tainted, d.multi, d.consumes, d.groups, orjson.dumps(_without_identity(d.raw)))
                 for d in self.devices.values()
             ),
             repr(sorted(self.counters.items())),
@@ -216,7 +224,7 @@ def nodes_from(node_objects: list[dict[str, Any]], slices: list[dict[str, Any]],
                 node.name,
                 raw["name"],
                 raw,
-                device_view(driver, raw),
+                driver,
                 consumes,
                 bool(raw.get("allowMultipleAllocations")),
                 tainted,
@@ -240,7 +248,7 @@ def _partners(node: str, driver: str, spec: dict[str, Any]) -> list[NodeDevice]:
             node,
             partner_name(driver, spec["pool"]["name"], raw["name"]),
             raw,
-            device_view(driver, raw),
+            driver,
             (),
             bool(raw.get("allowMultipleAllocations")),
             False,

@@ -9,7 +9,7 @@ from extender.node_usage import NodeDevice
 
 
 def shared(capacity: dict[str, Any]) -> NodeDevice:
-    return NodeDevice("n", "d", {"name": "d", "capacity": capacity}, {}, (), multi=True, tainted=False)
+    return NodeDevice("n", "d", {"name": "d", "capacity": capacity}, "driver", (), multi=True, tainted=False)
 
 
 def test_a_capacity_without_policy_costs_all_of_it_unless_asked() -> None:
