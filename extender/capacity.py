@@ -81,7 +81,8 @@ class Matcher:
         node on every prioritize, a dictionary read there is what makes a new pod shape cheap."""
         shape = node.shapes.get(expressions)
         if shape is None:
-            shape = self._matching(node, expressions)[2]
+            alike = self._by_model.get((node.model, expressions)) if self._shareable(expressions) else None
+            shape = alike[1] if alike is not None else self._matching(node, expressions)[2]
             if len(node.shapes) >= MAX_SHAPES_PER_NODE:
                 node.shapes.clear()
             node.shapes[expressions] = shape

@@ -74,17 +74,14 @@ class Decider:
         self.matcher = Matcher(Selectors(), config.driver)
         self.plans = CurrentPlan(config, self.matcher)
         self._in_flight = InFlight()  # gang members admitted and not yet shown placed (extender.lag)
-        # demand -> node -> (node object, usage object, score): both objects are replaced on any
-        # change. At most SCORE_DEMANDS demands (least recently used out), each at most twice the
-        # view's nodes (cleared past that).
-        self._scores: LruCache[Demand, dict[str, tuple[Node, Usage, int]]] = LruCache(self.SCORE_DEMANDS)
         # demand -> (shape of the matching devices, id of the usage) -> (usage, score): one score
         # serves every node built and used alike, so a new pod shape is scored once per kind of
-        # node, not once per node. Bounded like `_scores`.
+        # node, not once per node. At most SCORE_DEMANDS demands (least recently used out), each
+        # at most twice the view's nodes (cleared past that).
         self._shared_scores: LruCache[Demand, dict[tuple[object, ...], tuple[Usage, int]]] = LruCache(
             self.SCORE_DEMANDS
         )
-        # demand -> its last answer, what `prioritize` starts the next one from. Bounded like `_scores`.
+        # demand -> its last answer, what `prioritize` starts the next one from. Bounded the same way.
         self._answers: LruCache[Demand, _Answer] = LruCache(self.SCORE_DEMANDS)
 
     def demand(self, view: ClusterView, pod: dict[str, Any]) -> Demand:
@@ -217,10 +214,6 @@ class Decider:
     def _score(
         self, view: ClusterView, usage: dict[str, Usage], demand: Demand, names: list[str], scores: dict[str, int]
     ) -> None:
-        known = self._scores.get(demand)
-        if known is None or len(known) > 2 * len(view.nodes):
-            known = {}
-            self._scores.put(demand, known)
         shared = self._shared_scores.get(demand)
         if shared is None or len(shared) > 2 * len(view.nodes):
             shared = {}
@@ -231,10 +224,6 @@ class Decider:
                 scores[name] = 0
                 continue
             used = usage[name]
-            cached = known.get(name)
-            if cached is not None and cached[0] is node and cached[1] is used:
-                scores[name] = cached[2]
-                continue
             alike = (self._matching_key(node, demand), id(used))
             found = shared.get(alike)
             if found is not None and found[0] is used:  # the entry holds `used`: its id is not reused
@@ -242,7 +231,6 @@ class Decider:
             else:
                 value = score(node, used, demand, self.matcher, self.config.weights)
                 shared[alike] = (used, value)
-            known[name] = (node, used, value)
             scores[name] = value
 
     def _matching_key(self, node: Node, demand: Demand) -> object:
