@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]]
     "prepare": lambda api, plane: bench_prepare.run(api, plane.kubeconfig),
     "extender": bench_extender.run,
     "scheduler": bench_scheduler.run,
+    "scheduler_5000": bench_scheduler.run_large,
     "native_gang": bench_native_gang.run,
     "preemption": bench_preemption.run,
 }

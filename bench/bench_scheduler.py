@@ -1,13 +1,13 @@
 """Real kube-scheduler throughput on a busy cluster, without the extender and with it, in one run.
 
 Two sizes, 100 and 500 fake nodes of 8 A100s (fractions off), 16 to a rack (`nativedra.dev/rack`),
-their ResourceSlices published from this process by the plugin's own builder and publisher. Before
-anything is measured the cluster is made busy: every node outside the whole racks the gangs need
-runs one pod holding all 8 of its GPUs (68% of the GPUs at either size). Those pods are bound
-directly and their claims allocated by writing the claim status as the scheduler's allocator would
-(devices, node selector, reservedFor the pod). That costs one pod and one claim per node instead of
-a scheduling pass, and both modes start from exactly the same objects: no scheduler's choices
-decide what the measured one starts from.
+and 5,000 on its own (`python -m bench scheduler_5000`), their ResourceSlices published from this
+process by the plugin's own builder and publisher. Before anything is measured the cluster is made
+busy: every node outside the whole racks the gangs need runs one pod holding all 8 of its GPUs (68%
+of the GPUs at either size). Those pods are bound directly and their claims allocated by writing the
+claim status as the scheduler's allocator would (devices, node selector, reservedFor the pod). That
+costs one pod and one claim per node instead of a scheduling pass, and both modes start from exactly
+the same objects: no scheduler's choices decide what the measured one starts from.
 
 Each size runs two workloads, each in a fresh namespace that is deleted (and waited out) before the
 next, so every workload starts from the same busy state: first with the scheduler alone, then on
@@ -81,6 +81,9 @@ class Size:
 
 # At 100 nodes the workloads shrink to fit the 32 free nodes (256 GPUs).
 SIZES = (Size(100, pods=200, gangs=4), Size(500, pods=1000, gangs=20))
+# `python -m bench scheduler_5000`: where the scheduler alone scores about a tenth of the nodes
+# (its adaptive percentageOfNodesToScore) and the extender's wiring has it look at all of them.
+LARGE = Size(5000, pods=500, gangs=20)
 
 
 def _gangs(api: client.ApiClient, namespace: str, count: int, rack_of: dict[str, str]) -> dict[str, Any]:
@@ -187,9 +190,17 @@ def _describe_gangs(gangs: dict[str, Any]) -> str:
 
 
 def run(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
+    return run_sizes(api, plane, SIZES, "scheduler")
+
+
+def run_large(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
+    return run_sizes(api, plane, (LARGE,), "scheduler_5000")
+
+
+def run_sizes(api: client.ApiClient, plane: ControlPlane, sizes: tuple[Size, ...], name: str) -> Iterator[str]:
     document: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python -m bench scheduler",
+        "command": f"python -m bench {name}",
         "cpus": os.cpu_count(),
         "rack_size": RACK_SIZE,
         "gang_wait_s": GANG_WAIT_S,
@@ -199,6 +210,6 @@ def run(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
     }
     apply_file(api, device_classes())
     with tempfile.TemporaryDirectory(prefix="nativedra-bench-") as scratch:
-        for size in SIZES:
+        for size in sizes:
             document["sizes"][str(size.nodes)] = yield from _size(plane, api, Path(scratch), size)
-    yield f"figures written to {write_results('scheduler', document)}"
+    yield f"figures written to {write_results(name, document)}"
