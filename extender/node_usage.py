@@ -6,6 +6,7 @@ lives only in memory.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from collections.abc import Mapping
@@ -131,7 +132,7 @@ class _Capacity:
 # What tells one GPU from its twin on another node of the same model: the attributes `Node.model`
 # leaves out, as published attribute names.
 IDENTITY_ATTRIBUTES = ("uuid", "resource.kubernetes.io/pciBusID")
-_MODELS: dict[tuple[object, ...], int] = {}
+_MODELS: dict[bytes, int] = {}
 _MODEL_NUMBERS = itertools.count()
 MAX_MODELS = 65_536  # distinct node models numbered at once
 
@@ -160,16 +161,19 @@ class Node:
     @cached_property
     def model(self) -> int:
         """A number for all that selectors, placing and scoring can read of this node's devices,
-        less each device's identity (`IDENTITY`): nodes of one hardware model and configuration
+        less each device's identity (`IDENTITY_ATTRIBUTES`): nodes of one hardware model and configuration
         share it, so a selector that reads no identity matches the same devices on each of them
         (extender.capacity). Worked out once per node object, when first asked."""
-        key = (
-            tuple(
-                (d.name, d.tainted, d.multi, d.consumes, d.groups, orjson.dumps(_without_identity(d.raw)))
-                for d in self.devices.values()
-            ),
-            repr(sorted(self.counters.items())),
-        )
+        digest = hashlib.blake2b(digest_size=16)  # kept instead of the devices: 16 bytes a model
+        for device in self.devices.values():
+            for part in (
+                repr((device.name, device.tainted, device.multi, device.consumes, device.groups)).encode(),
+                orjson.dumps(_without_identity(device.raw)),
+            ):
+                digest.update(len(part).to_bytes(4, "big"))
+                digest.update(part)
+        digest.update(repr(sorted(self.counters.items())).encode())
+        key = digest.digest()
         number = _MODELS.get(key)
         if number is None:
             if len(_MODELS) >= MAX_MODELS:
