@@ -137,6 +137,36 @@ _MODEL_NUMBERS = itertools.count()
 MAX_MODELS = 65_536  # distinct node models numbered at once
 
 
+_SHARED_VALUES: dict[tuple[str, str, type, object], dict[str, Any]] = {}
+MAX_SHARED_VALUES = 65_536  # distinct attribute and capacity values shared at once
+
+
+def share_values(resource_slice: dict[str, Any]) -> None:
+    """Replace each device's attribute and capacity value (a one-key dict such as {"string": "gpu"})
+    with the one object of that value, in place. A listed slice is the state's for as long as it
+    stands and is never changed: at 10,000 nodes about a million such dicts are held, nearly all
+    repeats ("gpu", "NVIDIA", a driver version, a memory size). Identity values (a uuid, a PCI
+    address) are unique, so they are left alone; past MAX_SHARED_VALUES new values are too."""
+    for device in (resource_slice.get("spec") or {}).get("devices") or []:
+        for section in ("attributes", "capacity"):
+            values = device.get(section)
+            if not isinstance(values, dict):
+                continue
+            for name, value in values.items():
+                if name in IDENTITY_ATTRIBUTES or not isinstance(value, dict) or len(value) != 1:
+                    continue
+                ((kind, content),) = value.items()
+                if isinstance(content, dict | list):
+                    continue
+                key = (section, kind, type(content), content)  # True and 1 are equal keys otherwise
+                shared = _SHARED_VALUES.get(key)
+                if shared is None:
+                    if len(_SHARED_VALUES) >= MAX_SHARED_VALUES:
+                        continue
+                    shared = _SHARED_VALUES[key] = value
+                values[name] = shared
+
+
 def _without_identity(raw: dict[str, Any]) -> dict[str, Any]:
     attributes = raw.get("attributes") or {}
     return {

@@ -22,7 +22,7 @@ from typing import Any
 from extender.gang import JobSetShape, NativeGroup, may_belong_to_gang
 from extender.gc_control import collector_paused, freeze_survivors
 from extender.membership import GangSources, MemberIndex
-from extender.node_usage import Node, Usage, nodes_from, usage_from
+from extender.node_usage import Node, Usage, nodes_from, share_values, usage_from
 from extender.reservation import Reservation, ReservationError, from_lease
 from extender.view import ClusterView
 from kube.pods import extended_claim_name, extended_resources
@@ -227,6 +227,8 @@ class ClusterState:
         if kind == "pods" and not _relevant_pod(obj):
             self._forget(kind, _key(obj))
             return
+        if kind == "resourceslices":
+            share_values(obj)
         key = _key(obj)
         old = self.objects[kind].get(key)
         self.objects[kind][key] = obj
