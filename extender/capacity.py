@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from collections.abc import Callable
 from decimal import Decimal
 
 from extender.cel_eval import Selectors
 from extender.demand import Demand, Partner, Request
-from extender.lru import GenerationalCache
+from extender.lru import GenerationalCache, Numbering
 from extender.node_usage import IDENTITY_ATTRIBUTES, Node, NodeDevice, Usage, take
 from kube.names import STANDARD_NUMA_ATTRIBUTE
 
 FitKey = tuple[str, int, Demand, int]
 # Shapes of matching devices, numbered once for every Matcher (nodes keep their numbers, see
 # `Matcher.matching_shape`): equal numbers, equal shapes.
-_SHAPES: dict[tuple[object, ...], int] = {}
-_SHAPE_NUMBERS = itertools.count()
 MAX_SHAPES = 65_536  # distinct shapes numbered at once
+_SHAPES: Numbering[tuple[object, ...]] = Numbering(MAX_SHAPES)
 MAX_SHAPES_PER_NODE = 64  # selector tuples whose shape a node keeps
 PARTNERS = "\0partners"  # keys partner matches apart from ours in the Matcher's cache (no CEL text starts so)
 
@@ -26,11 +24,10 @@ PARTNERS = "\0partners"  # keys partner matches apart from ours in the Matcher's
 class Matcher:
     """Devices of a node that match a selector tuple, computed once per node version; and how many
     pods of a demand fit on a node (`members_fit`), once per node and usage object. Both caches are
-    keyed by what pods ask for, so both are bounded (least recently used out): a stream of distinct
-    selectors or demands costs recomputation, never memory (extender.lru.GenerationalCache: the most
-    recently written half is kept whole). `fit_cache_size` is raised by the
-    caller to what one plan of the cluster touches (nodes x gangs), so a re-plan finds every node
-    it did not change; `fit_cache_size` bounds it all the same."""
+    keyed by what pods ask for, so both are bounded (extender.lru.GenerationalCache: what was written
+    or read lately stays): a stream of distinct selectors or demands costs recomputation, never
+    memory. `fit_cache_size` is raised by the caller to what one plan of the cluster touches (nodes x
+    gangs), so a re-plan finds every node it did not change; `fit_cache_size` bounds it all the same."""
 
     CACHE_SIZE = 65_536
     # The floor; the Decider sizes it to what one plan touches (nodes x gangs). Entries keep old
@@ -81,7 +78,7 @@ class Matcher:
         node on every prioritize, a dictionary read there is what makes a new pod shape cheap."""
         shape = node.shapes.get(expressions)
         if shape is None:
-            alike = self._by_model.get((node.model, expressions)) if self._shareable(expressions) else None
+            alike = self._alike(node, expressions)
             shape = alike[1] if alike is not None else self._matching(node, expressions)[2]
             if len(node.shapes) >= MAX_SHAPES_PER_NODE:
                 node.shapes.clear()
@@ -93,7 +90,8 @@ class Matcher:
         cached = self._cache.get(key)
         if cached is not None and cached[0] is node:
             return cached
-        alike = self._by_model.get((node.model, expressions)) if self._shareable(expressions) else None
+        shareable = self._shareable(expressions)
+        alike = self._alike(node, expressions) if shareable else None
         if alike is not None:
             entry = (node, [node.devices[name] for name in alike[0]], alike[1])
         else:
@@ -103,10 +101,15 @@ class Matcher:
                 if not d.tainted and self.selectors.all_match(list(expressions), d.view)
             ]
             entry = (node, found, self._shape_id(node, found))
-            if self._shareable(expressions):
+            if shareable:
                 self._by_model.put((node.model, expressions), (tuple(d.name for d in found), entry[2]))
         self._cache.put(key, entry)
         return entry
+
+    def _alike(self, node: Node, expressions: tuple[str, ...]) -> tuple[tuple[str, ...], int] | None:
+        """What the selectors matched on another node of `node`'s model (device names, shape number),
+        when they read no device identity and such a node was matched."""
+        return self._by_model.get((node.model, expressions)) if self._shareable(expressions) else None
 
     def _shareable(self, expressions: tuple[str, ...]) -> bool:
         """Whether the selectors read no device identity, so one node's matches serve its model's."""
@@ -132,12 +135,7 @@ class Matcher:
             )
             for d in found
         )
-        number = _SHAPES.get(shape)
-        if number is None:
-            if len(_SHAPES) >= MAX_SHAPES:
-                _SHAPES.clear()  # numbers are never reused: only sharing restarts
-            number = _SHAPES[shape] = next(_SHAPE_NUMBERS)
-        return number
+        return _SHAPES.number(shape)
 
     def __len__(self) -> int:
         return len(self._cache)

@@ -4,6 +4,7 @@ until the pod is killed."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from typing import Generic, TypeVar
@@ -73,3 +74,23 @@ class GenerationalCache(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._young) + len(self._old)
+
+
+class Numbering(Generic[K]):
+    """A number for each distinct value, equal values getting equal numbers, so that later work can
+    compare and key by a small int instead of the value. At most `capacity` values are held; past it
+    all are forgotten and numbering goes on from where it was: a number is never given to two
+    values, only sharing restarts."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._numbers: dict[K, int] = {}
+        self._next = itertools.count()
+
+    def number(self, value: K) -> int:
+        found = self._numbers.get(value)
+        if found is None:
+            if len(self._numbers) >= self.capacity:
+                self._numbers.clear()
+            found = self._numbers[value] = next(self._next)
+        return found

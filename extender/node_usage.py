@@ -7,7 +7,6 @@ lives only in memory.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 import orjson
 
 from extender.cel_eval import device_view
+from extender.lru import Numbering
 from kube.names import STANDARD_NUMA_ATTRIBUTE
 from kube.units import quantity
 
@@ -132,11 +132,8 @@ class _Capacity:
 # What tells one GPU from its twin on another node of the same model: the attributes `Node.model`
 # leaves out, as published attribute names.
 IDENTITY_ATTRIBUTES = ("uuid", "resource.kubernetes.io/pciBusID")
-_MODELS: dict[bytes, int] = {}
-_MODEL_NUMBERS = itertools.count()
 MAX_MODELS = 65_536  # distinct node models numbered at once
-
-
+_MODELS: Numbering[bytes] = Numbering(MAX_MODELS)
 _SHARED_VALUES: dict[tuple[str, str, type, object], dict[str, Any]] = {}
 MAX_SHARED_VALUES = 65_536  # distinct attribute and capacity values shared at once
 
@@ -191,9 +188,9 @@ class Node:
     @cached_property
     def model(self) -> int:
         """A number for all that selectors, placing and scoring can read of this node's devices,
-        less each device's identity (`IDENTITY_ATTRIBUTES`): nodes of one hardware model and configuration
-        share it, so a selector that reads no identity matches the same devices on each of them
-        (extender.capacity). Worked out once per node object, when first asked."""
+        less each device's identity (`IDENTITY_ATTRIBUTES`): nodes of one hardware model and
+        configuration share it, so a selector that reads no identity matches the same devices on each
+        of them (extender.capacity). Worked out once per node object, when first asked."""
         digest = hashlib.blake2b(digest_size=16)  # kept instead of the devices: 16 bytes a model
         for device in self.devices.values():
             for part in (
@@ -203,13 +200,7 @@ class Node:
                 digest.update(len(part).to_bytes(4, "big"))
                 digest.update(part)
         digest.update(repr(sorted(self.counters.items())).encode())
-        key = digest.digest()
-        number = _MODELS.get(key)
-        if number is None:
-            if len(_MODELS) >= MAX_MODELS:
-                _MODELS.clear()  # numbers are never reused: only sharing restarts
-            number = _MODELS[key] = next(_MODEL_NUMBERS)
-        return number
+        return _MODELS.number(digest.digest())
 
     @cached_property
     def allocations(self) -> int | None:

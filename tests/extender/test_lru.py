@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.lru import GenerationalCache, LruCache
+from extender.lru import GenerationalCache, LruCache, Numbering
 
 
 def test_the_least_recently_used_entry_goes_first() -> None:
@@ -63,3 +63,11 @@ def test_a_generational_cache_keeps_what_is_read_and_drops_what_is_not() -> None
 def test_a_generational_cache_refuses_a_capacity_without_two_halves() -> None:
     with pytest.raises(ValueError, match="at least two"):
         GenerationalCache(1)
+
+
+def test_numbering_gives_equal_values_one_number_and_never_reuses_one_past_its_capacity() -> None:
+    numbering: Numbering[str] = Numbering(2)
+    first = [numbering.number(value) for value in ("a", "b", "a")]
+    assert first[0] == first[2] != first[1]
+    later = [numbering.number(value) for value in ("c", "a")]  # "c" found it full: all forgotten
+    assert not set(later) & set(first), "a number once given is never given to another value"
