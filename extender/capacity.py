@@ -90,7 +90,7 @@ class Matcher:
         cached = self._cache.get(key)
         if cached is not None and cached[0] is node:
             return cached
-        shareable = self._shareable(expressions)
+        shareable = self.shareable(expressions)
         alike = self._alike(node, expressions) if shareable else None
         if alike is not None:
             entry = (node, [node.devices[name] for name in alike[0]], alike[1])
@@ -109,9 +109,9 @@ class Matcher:
     def _alike(self, node: Node, expressions: tuple[str, ...]) -> tuple[tuple[str, ...], int] | None:
         """What the selectors matched on another node of `node`'s model (device names, shape number),
         when they read no device identity and such a node was matched."""
-        return self._by_model.get((node.model, expressions)) if self._shareable(expressions) else None
+        return self._by_model.get((node.model, expressions)) if self.shareable(expressions) else None
 
-    def _shareable(self, expressions: tuple[str, ...]) -> bool:
+    def shareable(self, expressions: tuple[str, ...]) -> bool:
         """Whether the selectors read no device identity, so one node's matches serve its model's."""
         known = self._reads_no_identity.get(expressions)
         if known is None:

@@ -18,6 +18,7 @@ planning by a time budget.
 from __future__ import annotations
 
 import math
+import operator
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
@@ -121,6 +122,63 @@ def _fit_domain(
     return _DomainFit(domain, sum(fits for _, fits in room), room)
 
 
+class _DomainMemo:
+    """What one `plan_cluster` works out once and every gang in it may reuse: the domains of a
+    usable-node set, and a domain's fit for a demand while the usage of its nodes is unchanged.
+    Twenty waiting gangs of one shape on 10,000 nodes asked each of 625 racks for its room once
+    per gang (200,000 node fits); only the racks an earlier gang's plan touched change between
+    them. Lives for one plan, so it needs no bound beyond the plan's own."""
+
+    def __init__(self, nodes: dict[str, Node]) -> None:
+        self.nodes = nodes
+        # (id of the usable set, level) -> (that set, domain -> names): the entry keeps the set alive.
+        self._domains: dict[tuple[int, str | None], tuple[frozenset[str], dict[str, list[str]]]] = {}
+        # (id of a domain's names, demand, need) -> (those names, their usage objects, the fit).
+        self._fits: dict[tuple[int, Demand, int], tuple[list[str], list[Usage], _DomainFit]] = {}
+        self._allocations: int | None = None
+        self._allocations_known = False
+
+    def domains(self, level: str | None, gang: Gang, part: Part | None = None) -> dict[str, list[str]]:
+        """`gang_domains`, shared by gangs with the same usable nodes and no member placed yet."""
+        placed = gang.part_placed(part) if part is not None else gang.placed
+        if placed:
+            return gang_domains(self.nodes, level, gang, part)
+        usable = gang.usable_nodes(self.nodes, part)
+        key = (id(usable), level)
+        found = self._domains.get(key)
+        if found is None or found[0] is not usable:
+            found = self._domains[key] = (usable, gang_domains(self.nodes, level, gang, part))
+        return found[1]
+
+    def fit(
+        self,
+        domain: str,
+        names: list[str],
+        usage: dict[str, Usage],
+        demand: Demand,
+        *,
+        need: int,
+        matcher: Matcher,
+        out_of_time: Callable[[], bool],
+    ) -> _DomainFit:
+        """`_fit_domain`, reused while every node of the domain has the same usage object."""
+        key = (id(names), demand, need)
+        found = self._fits.get(key)
+        if found is not None and found[0] is names and all(map(operator.is_, map(usage.__getitem__, names), found[1])):
+            return found[2]
+        fit = _fit_domain(domain, names, self.nodes, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
+        self._fits[key] = (names, [usage[name] for name in names], fit)
+        return fit
+
+    def allocations(self) -> int | None:
+        """The most allocations all nodes' devices hold at once (None: unbounded)."""
+        if not self._allocations_known:
+            counts = [node.allocations for node in self.nodes.values()]
+            self._allocations = None if None in counts else sum(c for c in counts if c is not None)
+            self._allocations_known = True
+        return self._allocations
+
+
 def _assign(
     fit: _DomainFit, nodes: dict[str, Node], usage: dict[str, Usage], demand: Demand, *, need: int, matcher: Matcher
 ) -> tuple[dict[str, int], dict[str, Usage]]:
@@ -169,7 +227,7 @@ def _no_room(gang: Gang, demand: Demand, best_seen: tuple[int, str]) -> str:
     return f"{needs}; {best}"
 
 
-def _too_big(gang: Gang, demand: Demand, nodes: dict[str, Node], matcher: Matcher, limits: PlanLimits) -> str | None:
+def _too_big(gang: Gang, demand: Demand, memo: _DomainMemo, matcher: Matcher, limits: PlanLimits) -> str | None:
     """Why the gang can never be placed whatever frees up, if its size is past a ceiling; checked
     before planning so no loop ever runs toward an absurd size."""
     key, size = gang.ref.key, gang.size
@@ -178,11 +236,11 @@ def _too_big(gang: Gang, demand: Demand, nodes: dict[str, Node], matcher: Matche
     # Every member takes at least `fewest` allocations: when all the node's devices together hold
     # that many for every member (a sum of cached per-node counts), the exact count per matching
     # device is not needed: the fit loops are bounded per node anyway.
-    allocations = [node.allocations for node in nodes.values()]
+    allocations = memo.allocations()
     fewest = min(1 if r.all_devices else max(1, r.count) for r in demand.requests)
-    if None not in allocations and size * fewest <= sum(a for a in allocations if a is not None):
+    if allocations is not None and size * fewest <= allocations:
         return None
-    most = most_members(demand, nodes, matcher)
+    most = most_members(demand, memo.nodes, matcher)
     if most is not None and size > most:
         pods = f"needs at least {size} pods" if gang.ref.minimum else f"has {size} pods"
         return (
@@ -233,6 +291,7 @@ def _place_exclusive(
     *,
     taken: Mapping[str, str],
     used: set[str],
+    memo: _DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> tuple[str, dict[str, int], dict[str, Usage]] | str:
     """A domain of its own for one part: (domain, slots, usage) or why there is none."""
@@ -240,11 +299,11 @@ def _place_exclusive(
     mine = owner(gang, part.key)
     free = {
         domain: names
-        for domain, names in gang_domains(nodes, level, gang, part).items()
+        for domain, names in memo.domains(level, gang, part).items()
         if domain not in used and not _held_by_another(names, taken, mine)
     }
     fits = [
-        _fit_domain(domain, names, nodes, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
+        memo.fit(domain, names, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
         for domain, names in free.items()
     ]
     candidates = [fit for fit in fits if fit.total >= need]
@@ -314,6 +373,7 @@ def _place_together(
     *,
     taken: Mapping[str, str],
     levels: tuple[str, ...],
+    memo: _DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> _Together:
     """The non-exclusive parts in one domain at the first of the gang's levels with room, best fit: the feasible domain
@@ -322,9 +382,9 @@ def _place_together(
     demand = gang.demand(first)
     best_seen: tuple[int, str] = (0, "")
     for level in _levels(gang.ref, levels):
-        domains = gang_domains(nodes, level, gang)
+        domains = memo.domains(level, gang)
         fits = [
-            _fit_domain(domain, names, nodes, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
+            memo.fit(domain, names, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
             for domain, names in domains.items()
             if not (gang.ref.exclusive and _held_by_another(names, taken, gang.ref.key))
         ]
@@ -345,6 +405,7 @@ def _plan_gang(
     *,
     taken: dict[str, str],
     limits: PlanLimits,
+    memo: _DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> tuple[Plan, dict[str, Usage]]:
     """One gang's remaining members, all of them or nothing held. A gang whose size is a minimum
@@ -360,14 +421,16 @@ def _plan_gang(
         while low <= high:
             count = (low + high) // 2
             sized = Gang(replace(gang.ref, size=count), gang.members)
-            attempt = _plan_members(sized, nodes, usage, matcher, taken=taken, limits=limits, out_of_time=out_of_time)
+            attempt = _plan_members(
+                sized, nodes, usage, matcher, taken=taken, limits=limits, memo=memo, out_of_time=out_of_time
+            )
             if attempt[0].feasible:
                 best, low = attempt, count + 1
             else:
                 high = count - 1
         if best is not None:
             return best
-    return _plan_members(gang, nodes, usage, matcher, taken=taken, limits=limits, out_of_time=out_of_time)
+    return _plan_members(gang, nodes, usage, matcher, taken=taken, limits=limits, memo=memo, out_of_time=out_of_time)
 
 
 def _plan_members(
@@ -378,6 +441,7 @@ def _plan_members(
     *,
     taken: dict[str, str],
     limits: PlanLimits,
+    memo: _DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> tuple[Plan, dict[str, Usage]]:
     """The gang's remaining members: parts that need a domain of their own each get one, the rest
@@ -386,7 +450,7 @@ def _plan_members(
     settled = _settled(gang, demand)
     if settled is not None:
         return settled, {}
-    too_big = _too_big(gang, demand, nodes, matcher, limits)
+    too_big = _too_big(gang, demand, memo, matcher, limits)
     if too_big is not None:
         return Plan(gang.ref.key, False, reason=too_big), {}
     placement = _Placement()
@@ -394,7 +458,9 @@ def _plan_members(
     used: set[str] = set()
     exclusive = [p for p in gang.parts if p.exclusive]
     for part in sorted(exclusive, key=lambda p: (not gang.part_placed(p), p.key)):  # placed parts keep theirs
-        own = _place_exclusive(gang, part, nodes, working, matcher, taken=taken, used=used, out_of_time=out_of_time)
+        own = _place_exclusive(
+            gang, part, nodes, working, matcher, taken=taken, used=used, memo=memo, out_of_time=out_of_time
+        )
         if isinstance(own, str):
             return Plan(gang.ref.key, False, reason=own), {}
         domain, slots, changed = own
@@ -405,7 +471,15 @@ def _plan_members(
     level: str | None = None
     if together:
         found = _place_together(
-            gang, together, nodes, working, matcher, taken=taken, levels=limits.levels, out_of_time=out_of_time
+            gang,
+            together,
+            nodes,
+            working,
+            matcher,
+            taken=taken,
+            levels=limits.levels,
+            memo=memo,
+            out_of_time=out_of_time,
         )
         if found.placement is None:
             return Plan(gang.ref.key, False, reason=_no_room(gang, demand, found.best_seen)), {}
@@ -428,6 +502,7 @@ def _plan_in_budget(
     *,
     taken: dict[str, str],
     limits: PlanLimits,
+    memo: _DomainMemo,
     clock: Callable[[], float],
     spent: list[bool] | None = None,
 ) -> tuple[Plan, dict[str, Usage]]:
@@ -436,7 +511,14 @@ def _plan_in_budget(
     deadline = clock() + limits.budget
     try:
         return _plan_gang(
-            gang, nodes, usage, matcher, taken=taken, limits=limits, out_of_time=lambda: clock() > deadline
+            gang,
+            nodes,
+            usage,
+            matcher,
+            taken=taken,
+            limits=limits,
+            memo=memo,
+            out_of_time=lambda: clock() > deadline,
         )
     except _BudgetSpentError:
         if spent is not None:
@@ -488,6 +570,7 @@ def plan_cluster(
         elif gang.members:
             present.append(gang)
     usable = {g.ref.key: incremental.usable(g, nodes) for g in present}
+    domain_memo = _DomainMemo(nodes)
     after = {
         g.ref.key: hold_clock(
             g,
@@ -509,7 +592,7 @@ def plan_cluster(
         def plan_anew() -> Record:
             spent: list[bool] = []
             plan, changed = _plan_in_budget(
-                gang, nodes, working, matcher, taken=taken, limits=limits, clock=clock, spent=spent
+                gang, nodes, working, matcher, taken=taken, limits=limits, memo=domain_memo, clock=clock, spent=spent
             )
             return Record(gang.ref.key, expired, dict(taken), plan, changed, not spent)
 
