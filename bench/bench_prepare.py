@@ -5,8 +5,10 @@ directly, as an admin, so the benchmark measures prepare and not scheduling). Ba
 same run: one GET of a claim (the API read every prepare must make) for latency, and sequential
 calls (one caller) for the 8-caller throughput. Each phase ends when the plugin's device status
 reports (which yield to the kubelet's calls) are all in the API, and how long after the last answer
-that was is a figure too: the next phase starts from a quiet node. The figures also go to
-bench-results/prepare.json.
+that was is a figure too: the next phase starts from a quiet node. A last phase has one caller
+alternate the 200 claims with 200 more whose opaque config the plugin refuses, so each good
+prepare runs while status reports and the refusals' Warning events are posted beside it. The
+figures also go to bench-results/prepare.json.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kubernetes import client
 from bench.timing import Timing, measure, report, write_results
 from dra_driver.discovery.simulated import resolve_profile
 from dra_driver.kubelet_paths import dra_socket, registration_socket
+from dra_driver.opaque_config import API_VERSION
 from dra_driver.publishing.published import DeviceKind, DeviceView
 from kube.names import DRIVER_NAME, FRACTION_CLASS
 from kube.resources import RESOURCE_CLAIMS
@@ -62,17 +65,31 @@ def _fractions(api: client.ApiClient) -> list[str] | None:
         return None
     devices = [device for s in current for device in s["spec"].get("devices") or []]
     fractions = sorted(d["name"] for d in devices if DeviceView.from_api(d).kind is DeviceKind.FRACTION)
-    return fractions[:CLAIMS] if len(fractions) >= CLAIMS else None
+    return fractions[: 2 * CLAIMS] if len(fractions) >= 2 * CLAIMS else None
 
 
-def _claims(api: client.ApiClient, namespace: str, devices: list[str]) -> list[tuple[str, str, str]]:
+# A config the plugin refuses at prepare (no such sharing strategy): the claim fails with a Warning event.
+REFUSED_CONFIG = {
+    "source": "FromClaim",
+    "requests": ["gpus"],
+    "opaque": {
+        "driver": DRIVER_NAME,
+        "parameters": {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "Turbo"}},
+    },
+}
+
+
+def _claims(
+    api: client.ApiClient, namespace: str, devices: list[str], prefix: str = "claim", refused: bool = False
+) -> list[tuple[str, str, str]]:
     keys = []
     for number, device in enumerate(devices):
-        name = f"claim-{number:03d}"
+        name = f"{prefix}-{number:03d}"
         created = create_claim(api, namespace, name, [request("gpus", FRACTION_CLASS)])
+        results = [{"request": "gpus", "driver": DRIVER_NAME, "pool": NODE, "device": device}]
         created["status"] = {
             "allocation": {
-                "devices": {"results": [{"request": "gpus", "driver": DRIVER_NAME, "pool": NODE, "device": device}]},
+                "devices": {"results": results, **({"config": [REFUSED_CONFIG]} if refused else {})},
                 "nodeSelector": {
                     "nodeSelectorTerms": [
                         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
@@ -99,13 +116,30 @@ def _settled(api: client.ApiClient, namespace: str, prepared: bool) -> float:
     return time.perf_counter() - start
 
 
-def _timed_prepare(socket: Path, key: tuple[str, str, str]) -> float:
+def _timed_prepare(socket: Path, key: tuple[str, str, str], refused: bool = False) -> float:
     start = time.perf_counter()
     response: Any = prepare(socket, "v1", [key])
     elapsed = time.perf_counter() - start
-    if response.claims[key[1]].error:
-        raise RuntimeError(response.claims[key[1]].error)
+    if bool(response.claims[key[1]].error) != refused:
+        raise RuntimeError(f"claim {key[2]}: {response.claims[key[1]].error or 'prepared, though its config is bad'}")
     return elapsed
+
+
+def _warnings(api: client.ApiClient, namespace: str) -> int:
+    """Warning events the plugin posted in the namespace."""
+    items = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="type=Warning").items
+    return len(items)
+
+
+def _alternating(
+    socket: Path, keys: list[tuple[str, str, str]], refused: list[tuple[str, str, str]]
+) -> tuple[Timing, Timing]:
+    """One caller alternating a good claim and a refused one: the good ones' latencies, the refused ones'."""
+    good, bad = [], []
+    for key, bad_key in zip(keys, refused, strict=True):
+        good.append(_timed_prepare(socket, key))
+        bad.append(_timed_prepare(socket, bad_key, refused=True))
+    return Timing(tuple(good)), Timing(tuple(bad))
 
 
 def _prepare_all(socket: Path, keys: list[tuple[str, str, str]], callers: int) -> tuple[Timing, float]:
@@ -132,8 +166,9 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
     try:
         registration = registration_socket(dirs.registry)
         wait_for(lambda: plugin_info(registration), 60, "the plugin to serve")
-        fractions = wait_for(lambda: _fractions(api), 60, f"{CLAIMS} published fractions")
-        keys = _claims(api, "bench-prepare", fractions)
+        fractions = wait_for(lambda: _fractions(api), 60, f"{2 * CLAIMS} published fractions")
+        keys = _claims(api, "bench-prepare", fractions[:CLAIMS])
+        refused = _claims(api, "bench-prepare", fractions[CLAIMS:], "refused", refused=True)
         socket = dra_socket(dirs.plugins)
         get = measure(lambda: RESOURCE_CLAIMS.get(api, keys[0][2], "bench-prepare"), CLAIMS)
         sequential, sequential_wall = _prepare_all(socket, keys, 1)
@@ -156,6 +191,20 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
             f"device status of every claim in the API {reported:.2f} s after the last answer (1 caller), "
             f"{reported_concurrent:.2f} s ({CALLERS} callers)"
         )
+        unprepare(socket, "v1", keys)
+        _settled(api, "bench-prepare", prepared=False)
+        warnings_before = _warnings(api, "bench-prepare")
+        beside, refusals = _alternating(socket, keys, refused)
+        reported_beside = _settled(api, "bench-prepare", prepared=True)
+        wait_for(lambda: _warnings(api, "bench-prepare") - warnings_before >= CLAIMS, 60, "the Warning events")
+        events = _warnings(api, "bench-prepare") - warnings_before
+        yield report(
+            f"NodePrepareResources, {CLAIMS} claims, 1 caller, each after a refused claim (its Warning event posted)",
+            beside,
+            get,
+            "one claim GET",
+            f"{events} Warning events; the refused prepares p50 {refusals.p50_ms:.2f} ms",
+        )
         path = write_results(
             "prepare",
             {
@@ -167,6 +216,12 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
                     "claims_per_s": concurrent_rate,
                     "throughput_ratio": concurrent_rate / sequential_rate,
                     "status_after_s": reported_concurrent,
+                },
+                "one_caller_beside_refusals": {
+                    **beside.figures(get),
+                    "refused": refusals.figures(get),
+                    "warning_events": events,
+                    "status_after_s": reported_beside,
                 },
             },
         )
