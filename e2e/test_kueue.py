@@ -26,6 +26,7 @@ import pytest
 from kubernetes import client
 
 from extender.config import RACK_LABEL
+from extender.preemptor import COMPONENT as PREEMPTOR_COMPONENT
 from kube.names import FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
 from kube.resources import JOBSETS
 from nativedra.cluster import ControlPlane, wait_for
@@ -425,7 +426,7 @@ def test_cohort_borrowing_and_reclaim_move_whole_workloads(team: Team) -> None:
     assert evicted is not None and evicted["status"] == "True", evicted
     assert admitted(_workload(team, owner))
     events = client.CoreV1Api(team.api).list_namespaced_event(team.namespace).items
-    assert not [e for e in events if e.reason == "Preempted" and "nativedra" in (e.source.component or "")]
+    assert not [e for e in events if e.reason == "Preempted" and e.source.component == PREEMPTOR_COMPONENT]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from kube.names import DRIVER_NAME
+from kube.names import DRIVER_NAME, EVERY_NODE_PROFILE
 from kube.resources import RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import apply_documents
@@ -90,7 +90,8 @@ def _established(api: client.ApiClient, name: str) -> bool:
 def test_scheduler_configuration_is_accepted_by_kube_scheduler(
     control_plane: ControlPlane, tmp_path: Path, path: Path
 ) -> None:
-    if path.is_dir():  # the second scheduler's config lives in its ConfigMap
+    own_scheduler = path.is_dir()
+    if own_scheduler:  # the second scheduler's config lives in its ConfigMap
         config_map = next(
             d for d in kustomize(path) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "nativedra-scheduler"
         )
@@ -126,7 +127,12 @@ def test_scheduler_configuration_is_accepted_by_kube_scheduler(
     effective = yaml.safe_load(written.read_text())
     assert effective["extenders"][0]["nodeCacheCapable"] is True
     assert effective["extenders"][0]["enableHTTPS"] is True
-    assert effective["percentageOfNodesToScore"] == 100
+    profiles = {p["schedulerName"]: p for p in effective["profiles"]}
+    if own_scheduler:  # every pod it is chosen for is sent, and sees every node
+        assert effective["percentageOfNodesToScore"] == 100
+        return
+    assert profiles[EVERY_NODE_PROFILE]["percentageOfNodesToScore"] == 100
+    assert not profiles["default-scheduler"].get("percentageOfNodesToScore"), "the adaptive share for every other pod"
 
 
 def _as_plugin_on(control_plane: ControlPlane, node: str | None) -> client.ApiClient:

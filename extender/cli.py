@@ -193,7 +193,8 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         description="HTTPS extender for kube-scheduler: /filter, /prioritize, /healthz, /readyz, /metrics. "
         "Configure the scheduler with nodeCacheCapable: true, managedResources naming nativedra.dev/extender "
         "(ignoredByScheduler: true) beside the policy that marks pods with it (manifests/scheduler/), "
-        "percentageOfNodesToScore: 100, enableHTTPS: true and a tlsConfig whose client certificate "
+        "a profile 'nativedra' with percentageOfNodesToScore: 100 that the second policy there moves those pods "
+        "to, enableHTTPS: true and a tlsConfig whose client certificate "
         "--client-ca-file signed.",
     )
     add_flag(extender, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")

@@ -23,6 +23,12 @@ MIG_CLASS = "gpu-mig.nativedra.dev"
 SHARE_CLASS = "gpu-share.nativedra.dev"
 """... and consumable shares."""
 
+EVERY_NODE_PROFILE = "nativedra"
+"""The kube-scheduler profile that scores every node (percentageOfNodesToScore: 100), so a gang's
+planned nodes are always offered to the extender. The second policy of
+manifests/scheduler/extender-marker-policy.yaml moves the pods the extender serves to it; every other
+pod keeps the default profile's adaptive share."""
+
 WHOLE_GPU_RESOURCE = "nativedra.dev/gpu"
 """The extendedResourceName of GPU_CLASS: pods asking `nativedra.dev/gpu: N` as of a device plugin."""
 

@@ -88,7 +88,7 @@ def shipped_wiring(cluster_ip: str, tls: ExtenderTls) -> dict[str, Any]:
         "keyFile": str(tls.client_key),
         "serverName": SERVICE_DNS,
     }
-    return {"percentageOfNodesToScore": shipped["percentageOfNodesToScore"], "extenders": [extender]}
+    return {"profiles": shipped["profiles"], "extenders": [extender]}
 
 
 def extender_pods(api: client.ApiClient) -> list[Any]:

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client
 
 from extender.gang import GANG
-from kube.names import EXTENDER_MARKER
+from kube.names import EVERY_NODE_PROFILE, EXTENDER_MARKER
 from nativedra.cluster.controlplane import ControlPlane
 from nativedra.cluster.pki import ExtenderTls
 from nativedra.cluster.scheduler_config import scheduler_extra
@@ -22,6 +22,7 @@ from nativedra.objects import apply_file, extender_marker_policy
 
 POLICY_SERVED_SINCE = (1, 36)  # MutatingAdmissionPolicy: GA and served by default
 POLICY_NAME = "nativedra-extender-marker"
+ROUTING_POLICY_NAME = "nativedra-every-node"  # the second policy of the same file: the profile
 
 
 def marks_pods(version: str) -> bool:
@@ -30,9 +31,9 @@ def marks_pods(version: str) -> bool:
     return (major, minor) >= POLICY_SERVED_SINCE
 
 
-def marked_now(api: client.ApiClient, scheduler: str = "default-scheduler") -> bool:
-    """Whether a gang pod of `scheduler` created now would be marked: a server-side dry run goes
-    through admission, policies included."""
+def _probe(api: client.ApiClient, scheduler: str) -> Any:
+    """A gang pod of `scheduler` as it would be created now: a server-side dry run goes through
+    admission, policies included."""
     probe = {
         "metadata": {"generateName": "nativedra-marker-probe-", "labels": {GANG: "probe"}},
         "spec": {
@@ -40,9 +41,17 @@ def marked_now(api: client.ApiClient, scheduler: str = "default-scheduler") -> b
             "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}],
         },
     }
-    created = client.CoreV1Api(api).create_namespaced_pod("default", probe, dry_run="All")
-    limits = created.spec.containers[0].resources.limits or {}
-    return EXTENDER_MARKER in limits
+    return client.CoreV1Api(api).create_namespaced_pod("default", probe, dry_run="All")
+
+
+def marked_now(api: client.ApiClient, scheduler: str = "default-scheduler") -> bool:
+    """Whether a gang pod of `scheduler` created now would be marked."""
+    return EXTENDER_MARKER in (_probe(api, scheduler).spec.containers[0].resources.limits or {})
+
+
+def routed_now(api: client.ApiClient) -> bool:
+    """Whether a gang pod of the default scheduler created now would be moved to EVERY_NODE_PROFILE."""
+    return bool(_probe(api, "default-scheduler").spec.scheduler_name == EVERY_NODE_PROFILE)
 
 
 def withdraw_marker_policy(api: client.ApiClient, name: str) -> None:
@@ -62,7 +71,12 @@ def call_extender(
     if marked:
         api = plane.api_client()
         apply_file(api, extender_marker_policy())
-        wait_for(lambda: marked_now(api), 30, "the extender marker policy to mark new pods")
+        wait_for(
+            lambda: marked_now(api) and routed_now(api),
+            30,
+            "the policies to mark and move new pods",
+            lambda: f"a gang pod created now: {_probe(api, 'default-scheduler').spec}",
+        )
     plane.restart_scheduler({**scheduler_extra(port, tls, marked=marked), **(extra or {})})
 
 
@@ -71,5 +85,6 @@ def stop_calling_extender(plane: ControlPlane, extra: Mapping[str, Any] | None =
     if marks_pods(plane.binaries.version):
         api = plane.api_client()
         withdraw_marker_policy(api, POLICY_NAME)
-        wait_for(lambda: not marked_now(api), 30, "new pods to be created without the extender marker")
+        withdraw_marker_policy(api, ROUTING_POLICY_NAME)
+        wait_for(lambda: not marked_now(api) and not routed_now(api), 30, "new pods created as without the policies")
     plane.restart_scheduler(dict(extra or {}))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kube.names import CLASS_RESOURCES, EXTENDER_MARKER
+from kube.names import CLASS_RESOURCES, EVERY_NODE_PROFILE, EXTENDER_MARKER
 from nativedra.cluster.pki import ExtenderTls
 
 
@@ -22,8 +22,9 @@ def managed_resources() -> list[dict[str, Any]]:
 
 
 def scheduler_extra(port: int, tls: ExtenderTls | None = None, *, marked: bool = True) -> dict[str, Any]:
-    """`marked`: only pods the marker policy marked are sent (1.36+, see extender_wiring); without
-    it, every pod is, as a cluster without the policy must."""
+    """`marked`: only pods the marker policy marked are sent, from the profile the second policy
+    moves them to (1.36+, see extender_wiring); without it, every pod is, and every pod's profile
+    looks at every node, as a cluster without the policies must."""
     extender: dict[str, Any] = {
         "urlPrefix": f"{'https' if tls else 'http'}://127.0.0.1:{port}",
         "filterVerb": "filter",
@@ -43,4 +44,15 @@ def scheduler_extra(port: int, tls: ExtenderTls | None = None, *, marked: bool =
             "keyFile": str(tls.client_key),
             "serverName": "localhost",
         }
-    return {"percentageOfNodesToScore": 100, "extenders": [extender]}
+    if not marked:  # no policy moves the extender's pods to a profile of their own: every pod looks at every node
+        return {"percentageOfNodesToScore": 100, "extenders": [extender]}
+    return {"profiles": profiles(), "extenders": [extender]}
+
+
+def profiles() -> list[dict[str, Any]]:
+    """The default profile, with kube-scheduler's adaptive percentageOfNodesToScore, and the one the
+    extender's pods are moved to, which looks at every node."""
+    return [
+        {"schedulerName": "default-scheduler"},
+        {"schedulerName": EVERY_NODE_PROFILE, "percentageOfNodesToScore": 100},
+    ]

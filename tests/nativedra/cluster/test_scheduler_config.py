@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from kube.names import EVERY_NODE_PROFILE
 from nativedra.cluster.pki import extender_tls
 from nativedra.cluster.scheduler_config import scheduler_extra
 
@@ -23,7 +24,8 @@ def test_with_tls_every_choice_matches_the_shipped_manifest(tmp_path: Path) -> N
     tls = extender_tls(tmp_path)
     extra = scheduler_extra(18888, tls)
     shipped = _shipped()
-    assert extra["percentageOfNodesToScore"] == shipped["percentageOfNodesToScore"]
+    assert extra["profiles"] == shipped["profiles"]
+    assert "percentageOfNodesToScore" not in shipped, "the default profile keeps the adaptive share"
     (ours,) = extra["extenders"]
     (theirs,) = shipped["extenders"]
     assert set(ours) == set(theirs)
@@ -46,3 +48,17 @@ def test_without_tls_the_extender_is_called_over_plain_http_and_nothing_else_cha
     assert {k: v for k, v in secure.items() if k not in {"urlPrefix", "tlsConfig", "enableHTTPS"}} == {
         k: v for k, v in plain.items() if k != "urlPrefix"
     }
+
+
+def test_only_the_profile_the_extenders_pods_are_moved_to_looks_at_every_node() -> None:
+    profiles = {p["schedulerName"]: p for p in _shipped()["profiles"]}
+    assert profiles == {
+        "default-scheduler": {"schedulerName": "default-scheduler"},
+        EVERY_NODE_PROFILE: {"schedulerName": EVERY_NODE_PROFILE, "percentageOfNodesToScore": 100},
+    }
+
+
+def test_without_the_policies_every_pod_looks_at_every_node() -> None:
+    """Before 1.36 no policy moves the extender's pods to a profile of their own, and every pod is sent."""
+    extra = scheduler_extra(18888, marked=False)
+    assert extra["percentageOfNodesToScore"] == 100 and "profiles" not in extra
