@@ -3,7 +3,8 @@
 `python -m bench.busy_cluster NODES --json PATH` builds `testkit.builders.busy_cluster(NODES)`, feeds
 the real `ClusterState` as the informers do (each kind's LIST decoded from JSON and `replace`d,
 then `apply`d watch events), serves `create_app` with uvicorn on 127.0.0.1 in a thread, and asks
-/filter and /prioritize over one kept-alive HTTP/1.1 connection, as kube-scheduler does, with one
+/filter and /prioritize over one kept-alive HTTP/1.1 connection, as kube-scheduler does, once
+/readyz answers (the first view and plan are made before it does; that time is a figure), with one
 watch event applied before every call, in two mixes: status updates only (a running pod's claim
 or the pod itself, modified, its usage untouched), and a realistic one where half the events free
 or take a GPU (a running pod's claim deallocated, or allocated again) on a random node. Each
@@ -165,6 +166,12 @@ class Client:
             raise RuntimeError(f"/{verb} answered {response.status}: {str(answer)[:300]}")
         return answer
 
+    def ready(self) -> bool:
+        self.connection.request("GET", "/readyz")
+        response = self.connection.getresponse()
+        response.read()
+        return response.status == 200
+
 
 @contextlib.contextmanager
 def serving(app: FastAPI) -> Iterator[int]:
@@ -247,11 +254,16 @@ def run(count: int, bounds: Bounds, say: Callable[[str], object] = print) -> dic
     floor = measure(lambda: json.loads(json.dumps(workload.floor_request)), bounds.calls)
     figures = Figures(count, floor)
     say(figures.add("floor", f"{FLOOR} of the {count}-node request body (the floor)", floor))
+    started = time.perf_counter()
     with serving(create_app(state, Decider(ExtenderConfig()))) as port:
         client = Client(port)
+        while not client.ready():  # the process reports ready once its first view and plan are made
+            time.sleep(0.01)
+        ready = Timing((time.perf_counter() - started,))
+        say(figures.add("ready", "serving, until /readyz answers 200 (first view and plan made)", ready))
         for verb in VERBS:
             first = measure(partial(client.call, verb, workload.bodies["single"]), 1)
-            say(figures.add(f"first_{verb}", f"{verb}, 1-GPU pod, first call after the LIST", first))
+            say(figures.add(f"first_{verb}", f"{verb}, 1-GPU pod, first call once ready", first))
         changes = Changes(state, workload.churn)
         mixed = Changes(state, workload.churn, usage_share=USAGE_SHARE)
         labels = {"plain": "pod without claims", "single": "1-GPU pod", "member": "gang member 16x8 GPUs/rack"}

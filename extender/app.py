@@ -131,7 +131,17 @@ class _Handler:
             self._queued -= 1
 
 
-def _add_probes(app: FastAPI, state: ClusterState, watchdog: Watchdog) -> None:
+def _plan_in_background(state: ClusterState, decider: Decider, stop: threading.Event) -> None:
+    """Once every kind is listed, the first view and plan (`Decider.warm_up`, which /readyz waits
+    for); then the newest view whenever an answer came from an older plan (`CurrentPlan.keep_fresh`)."""
+    while state.missing():
+        if stop.wait(0.05):
+            return
+    decider.warm_up(state.view())
+    decider.plans.keep_fresh(state.view, stop)
+
+
+def _add_probes(app: FastAPI, state: ClusterState, decider: Decider, watchdog: Watchdog) -> None:
     @app.get("/healthz")
     async def healthz() -> PlainTextResponse:
         stuck = watchdog.stuck_for()
@@ -145,19 +155,21 @@ def _add_probes(app: FastAPI, state: ClusterState, watchdog: Watchdog) -> None:
     @app.get("/readyz")
     async def readyz() -> PlainTextResponse:
         missing = state.missing()
-        if not missing:
-            return PlainTextResponse("ok")
-        return PlainTextResponse(f"waiting for the first list of: {', '.join(missing)}", status_code=503)
+        if missing:
+            return PlainTextResponse(f"waiting for the first list of: {', '.join(missing)}", status_code=503)
+        if not decider.warm.is_set():
+            return PlainTextResponse("working out the first plan", status_code=503)
+        return PlainTextResponse("ok")
 
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
-def create_probe_app(state: ClusterState, watchdog: Watchdog) -> FastAPI:
+def create_probe_app(state: ClusterState, decider: Decider, watchdog: Watchdog) -> FastAPI:
     """/healthz, /readyz and /metrics alone, for a plain-HTTP port the kubelet can probe."""
     app = FastAPI(title="nativedra scheduler extender probes", docs_url=None, redoc_url=None)
-    _add_probes(app, state, watchdog)
+    _add_probes(app, state, decider, watchdog)
     return app
 
 
@@ -171,9 +183,7 @@ def create_app(
     async def background_planner(_app: FastAPI) -> AsyncIterator[None]:
         """Plans the newest view off the request path while the app serves (see CurrentPlan.keep_fresh)."""
         stop = threading.Event()
-        planner = threading.Thread(
-            target=decider.plans.keep_fresh, args=(state.view, stop), name="planner", daemon=True
-        )
+        planner = threading.Thread(target=_plan_in_background, args=(state, decider, stop), name="planner", daemon=True)
         planner.start()
         try:
             yield
@@ -213,5 +223,5 @@ def create_app(
     # layer would only add its cost to every scheduling cycle.
     app.router.add_route("/filter", filter_nodes, methods=["POST"])
     app.router.add_route("/prioritize", prioritize, methods=["POST"])
-    _add_probes(app, state, handler.watchdog)
+    _add_probes(app, state, decider, handler.watchdog)
     return app

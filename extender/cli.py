@@ -155,7 +155,7 @@ def _run(args: argparse.Namespace) -> int:
         threading.Thread(target=preemption.run, args=(stop,), name="preemption", daemon=True).start()
     servers = [_server(create_app(state, decider, limits, watchdog), args, args.port, reloading, **tls)]
     if args.probe_port:
-        servers.append(_server(create_probe_app(state, watchdog), args, args.probe_port))
+        servers.append(_server(create_probe_app(state, decider, watchdog), args, args.probe_port))
 
     def stopped(signum: int, frame: FrameType | None) -> None:
         """Each uvicorn server hands SIGTERM on to the handler it found when it is done: this one."""

@@ -3,6 +3,8 @@ a view; planning is extender.current_plan's, membership extender.membership's.""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from extender.preemption_plan import name_of
 from extender.reservation import Reservation
 from extender.scoring import score
 from extender.view import ClusterView
+
+log = logging.getLogger(__name__)
 
 # The path of an answer that depends on an object the watches have not delivered yet (a claim
 # template, a JobSet): the app answers it as an extender error, which the scheduler retries after
@@ -83,6 +87,21 @@ class Decider:
         )
         # demand -> its last answer, what `prioritize` starts the next one from. Bounded the same way.
         self._answers: LruCache[Demand, _Answer] = LruCache(self.SCORE_DEMANDS)
+        self.warm = threading.Event()  # set by `warm_up`: the process reports ready from then on
+
+    def warm_up(self, view: ClusterView) -> None:
+        """What the first call after the LIST would otherwise pay (1.6 s at 10,000 nodes): every
+        node's model and allocation count, and the first plan. Run before the process reports
+        ready, so a restarted replica takes no call it would answer that slowly. Ready even if
+        the plan fails: a call plans again, as it would have without this."""
+        try:
+            for node in view.nodes.values():
+                node.work_out()
+            self.plans.plan(view, None, time.time())
+        except Exception:
+            log.exception("the first plan failed; calls plan for themselves")
+        finally:
+            self.warm.set()
 
     def demand(self, view: ClusterView, pod: dict[str, Any]) -> Demand:
         return demand_of(pod, view.claims, view.templates, view.classes, self.config.driver)

@@ -202,6 +202,10 @@ class Node:
         digest.update(repr(sorted(self.counters.items())).encode())
         return _MODELS.number(digest.digest())
 
+    def work_out(self) -> None:
+        """Work out `model` and `allocations` now, off the request path (`Decider.warm_up`)."""
+        _ = self.model, self.allocations
+
     @cached_property
     def allocations(self) -> int | None:
         """The most allocations all its devices can hold at once (None: unbounded). Devices never
