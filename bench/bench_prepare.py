@@ -68,6 +68,7 @@ def _fractions(api: client.ApiClient) -> list[str] | None:
     return fractions[: 2 * CLAIMS] if len(fractions) >= 2 * CLAIMS else None
 
 
+REFUSED_PREFIX = "refused"
 # A config the plugin refuses at prepare (no such sharing strategy): the claim fails with a Warning event.
 REFUSED_CONFIG = {
     "source": "FromClaim",
@@ -103,8 +104,10 @@ def _claims(
 
 
 def _reported(api: client.ApiClient, namespace: str, prepared: bool) -> bool:
-    """Whether every claim of the namespace shows this node's device status (`prepared`), or none does."""
-    claims = RESOURCE_CLAIMS.list(api, field_selector=f"metadata.namespace={namespace}")["items"]
+    """Whether every claim of the namespace that can be prepared shows this node's device status
+    (`prepared`), or none does; the refused ones never do."""
+    items = RESOURCE_CLAIMS.list(api, field_selector=f"metadata.namespace={namespace}")["items"]
+    claims = [c for c in items if not c["metadata"]["name"].startswith(REFUSED_PREFIX)]
     shown = [any(d.get("pool") == NODE for d in (c.get("status") or {}).get("devices") or []) for c in claims]
     return all(shown) if prepared else not any(shown)
 
@@ -168,7 +171,7 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
         wait_for(lambda: plugin_info(registration), 60, "the plugin to serve")
         fractions = wait_for(lambda: _fractions(api), 60, f"{2 * CLAIMS} published fractions")
         keys = _claims(api, "bench-prepare", fractions[:CLAIMS])
-        refused = _claims(api, "bench-prepare", fractions[CLAIMS:], "refused", refused=True)
+        refused = _claims(api, "bench-prepare", fractions[CLAIMS:], REFUSED_PREFIX, refused=True)
         socket = dra_socket(dirs.plugins)
         get = measure(lambda: RESOURCE_CLAIMS.get(api, keys[0][2], "bench-prepare"), CLAIMS)
         sequential, sequential_wall = _prepare_all(socket, keys, 1)

@@ -19,11 +19,22 @@ MAX_QUEUED = 256  # items waiting; more are dropped (and logged) rather than blo
 
 class BackgroundQueue(Generic[T]):
     """`offer` never blocks; `drain` does `work` on everything queued; `run` drains every
-    `period_s` until stopped. `work` handles its own failures: one item never stops the rest."""
+    `period_s` until stopped, each item once the kubelet's calls leave room (`idle_for`: no call
+    for `quiet_s`, or `most_s` of waiting at most). `work` handles its own failures: one item never
+    stops the rest."""
 
-    def __init__(self, work: Callable[[T], None], period_s: float) -> None:
+    def __init__(
+        self,
+        work: Callable[[T], None],
+        period_s: float,
+        idle_for: Callable[[], float] = lambda: math.inf,
+        quiet_s: float = 0.05,
+        most_s: float = 2.0,
+    ) -> None:
         self.work = work
         self.period_s = period_s
+        self.idle_for = idle_for
+        self.quiet_s, self.most_s = quiet_s, most_s
         self._queue: queue.Queue[T] = queue.Queue(MAX_QUEUED)
 
     def offer(self, item: T, dropped: str) -> None:
@@ -33,17 +44,27 @@ class BackgroundQueue(Generic[T]):
         except queue.Full:
             log.warning("%s: queue full", dropped)
 
-    def drain(self) -> None:
+    def drain(self, stop: threading.Event | None = None) -> None:
+        """Everything queued; with `stop`, each item after `_room` (at once without: shutting down)."""
         while True:
+            if stop is not None and not self._queue.empty():
+                self._room(stop)
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return
             self.work(item)
 
+    def _room(self, stop: threading.Event) -> None:
+        """Until no kubelet call has run for `quiet_s`, `most_s` at most, or `stop`."""
+        deadline = time.monotonic() + self.most_s
+        while (idle := self.idle_for()) < self.quiet_s and (left := deadline - time.monotonic()) > 0:
+            if stop.wait(min(self.quiet_s - idle, left)):
+                return
+
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self.period_s):
-            self.drain()
+            self.drain(stop)
 
 
 class Activity:

@@ -5,6 +5,7 @@ kubelet's retry loop does not flood the API, and posted off the kubelet's call p
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -78,7 +79,9 @@ def api_event_poster(api: client.ApiClient, timeout_s: float) -> EventPoster:
 
 class FailureEvents:
     """Turns prepare failures into Warning events. `prepare_failed` never blocks (the kubelet is
-    waiting); `run` posts the queued events in the background."""
+    waiting); `run` posts the queued events in the background, each once the kubelet's calls leave
+    room (`idle_for`): posted beside them, they tripled the slowest prepares (p99 14.6 -> 33.5 ms,
+    `python -m bench prepare`)."""
 
     def __init__(
         self,
@@ -86,6 +89,7 @@ class FailureEvents:
         node_name: str,
         clock: Callable[[], float] = time.monotonic,
         repeat_after_s: float = REPEAT_AFTER_S,
+        idle_for: Callable[[], float] = lambda: math.inf,
     ) -> None:
         self.post = post
         self.node_name = node_name
@@ -93,7 +97,7 @@ class FailureEvents:
         self.repeat_after_s = repeat_after_s
         self._reported: OrderedDict[tuple[str, str, str], float] = OrderedDict()
         self._guard = threading.Lock()
-        self._queue: BackgroundQueue[tuple[str, dict[str, Any]]] = BackgroundQueue(self._post, 0.5)
+        self._queue: BackgroundQueue[tuple[str, dict[str, Any]]] = BackgroundQueue(self._post, 0.5, idle_for)
 
     def _first_in_a_while(self, key: tuple[str, str, str]) -> bool:
         now = self.clock()

@@ -95,8 +95,8 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         devices, SlicePublisher(api, settings.node_name), resync_s=settings.resync_s, on_degraded=degraded
     )
     checkpoint = Checkpoint(settings.data_dir / "checkpoint.json", boot_id())
-    events = FailureEvents(post_event, settings.node_name)
     activity = Activity()
+    events = FailureEvents(post_event, settings.node_name, idle_for=activity.idle_for)
     statuses = DeviceStatusReports(
         api_status_applier(bounded_client(api), settings.node_name, API_TIMEOUT_S),
         settings.node_name,

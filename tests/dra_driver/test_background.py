@@ -80,3 +80,33 @@ def test_a_failed_call_still_ends() -> None:
         raise RuntimeError("prepare failed")
     now[0] = 2.0
     assert activity.idle_for() == 2.0
+
+
+def test_run_waits_while_the_kubelet_calls_and_goes_once_they_leave_room() -> None:
+    """An item waits while a call runs, is done once calls have been quiet for quiet_s, and never
+    waits past most_s while calls keep coming."""
+    activity = Activity()
+    done: list[tuple[str, float]] = []
+    queue = BackgroundQueue(lambda item: done.append((item, time.monotonic())), 0.01, activity.idle_for, 0.05, 0.6)
+    stop = threading.Event()
+    thread = threading.Thread(target=queue.run, args=(stop,))
+    thread.start()
+    try:
+        with activity.running():
+            queue.offer("while a call runs", dropped="x")
+            time.sleep(0.3)
+            assert done == [], "nothing goes while a kubelet call runs"
+        ended = time.monotonic()
+        deadline = ended + 5
+        while not done and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert done and done[0][1] - ended >= 0.04, "it went once the calls were quiet"
+        with activity.running():
+            offered = time.monotonic()
+            queue.offer("calls keep coming", dropped="x")
+            while len(done) < 2 and time.monotonic() < offered + 5:
+                time.sleep(0.01)
+        assert len(done) == 2 and 0.5 <= done[1][1] - offered < 1.5, "most_s bounds the wait"
+    finally:
+        stop.set()
+        thread.join(5)
