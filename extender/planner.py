@@ -167,7 +167,7 @@ class _DomainMemo:
         if found is not None and found[0] is names and all(map(operator.is_, map(usage.__getitem__, names), found[1])):
             return found[2]
         fit = _fit_domain(domain, names, self.nodes, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
-        self._fits[key] = (names, [usage[name] for name in names], fit)
+        self._fits[key] = (names, list(map(usage.__getitem__, names)), fit)
         return fit
 
     def allocations(self) -> int | None:
