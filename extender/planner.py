@@ -98,30 +98,6 @@ class _DomainFit:
     room: list[tuple[str, int]]  # node -> members that fit there, tightest first
 
 
-def _fit_domain(
-    domain: str,
-    names: list[str],
-    nodes: dict[str, Node],
-    usage: dict[str, Usage],
-    demand: Demand,
-    *,
-    need: int,
-    matcher: Matcher,
-    out_of_time: Callable[[], bool],
-) -> _DomainFit:
-    """How many members fit in the domain (up to `need` per node); tightest nodes come first so
-    they fill before roomier ones."""
-    room = []
-    for name in names:
-        if out_of_time():
-            raise _BudgetSpentError
-        fits, _ = members_fit(nodes[name], usage[name], demand, need, matcher)
-        if fits:
-            room.append((name, fits))
-    room.sort(key=lambda item: (item[1], item[0]))
-    return _DomainFit(domain, sum(fits for _, fits in room), room)
-
-
 class _DomainMemo:
     """What one `plan_cluster` works out once and every gang in it may reuse: the domains of a
     usable-node set, and a domain's fit for a demand while the usage of its nodes is unchanged.
@@ -161,12 +137,22 @@ class _DomainMemo:
         matcher: Matcher,
         out_of_time: Callable[[], bool],
     ) -> _DomainFit:
-        """`_fit_domain`, reused while every node of the domain has the same usage object."""
+        """How many members fit in the domain (up to `need` per node); tightest nodes come first so
+        they fill before roomier ones. Reused while every node of the domain has the same usage
+        object."""
         key = (id(names), demand, need)
         found = self._fits.get(key)
         if found is not None and found[0] is names and all(map(operator.is_, map(usage.__getitem__, names), found[1])):
             return found[2]
-        fit = _fit_domain(domain, names, self.nodes, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
+        room = []
+        for name in names:
+            if out_of_time():
+                raise _BudgetSpentError
+            fits, _ = members_fit(self.nodes[name], usage[name], demand, need, matcher)
+            if fits:
+                room.append((name, fits))
+        room.sort(key=lambda item: (item[1], item[0]))
+        fit = _DomainFit(domain, sum(fits for _, fits in room), room)
         self._fits[key] = (names, list(map(usage.__getitem__, names)), fit)
         return fit
 
@@ -328,6 +314,7 @@ def _fit_together(
     usage: dict[str, Usage],
     *,
     matcher: Matcher,
+    memo: _DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> _Placement | None:
     """All `parts` in one domain (`fit` is the first part's fit there), one after the other on the
@@ -337,15 +324,8 @@ def _fit_together(
     for index, part in enumerate(parts):
         demand, need = gang.demand(part), gang.part_remaining(part)
         if index:
-            fit = _fit_domain(
-                fit.domain,
-                sorted(domain_nodes),
-                domain_nodes,
-                working,
-                demand,
-                need=need,
-                matcher=matcher,
-                out_of_time=out_of_time,
+            fit = memo.fit(
+                fit.domain, sorted(domain_nodes), working, demand, need=need, matcher=matcher, out_of_time=out_of_time
             )
             if fit.total < need:
                 return None
@@ -391,7 +371,9 @@ def _place_together(
         best_seen = max([best_seen, *((fit.total, fit.domain) for fit in fits)])
         for fit in sorted((f for f in fits if f.total >= need), key=lambda c: (c.total, c.domain)):
             in_domain = {name: nodes[name] for name in domains[fit.domain]}
-            placement = _fit_together(gang, parts, fit, in_domain, usage, matcher=matcher, out_of_time=out_of_time)
+            placement = _fit_together(
+                gang, parts, fit, in_domain, usage, matcher=matcher, memo=memo, out_of_time=out_of_time
+            )
             if placement is not None:
                 return _Together(placement, level)
     return _Together(None, best_seen=best_seen)

@@ -87,7 +87,9 @@ def test_run_waits_while_the_kubelet_calls_and_goes_once_they_leave_room() -> No
     waits past most_s while calls keep coming."""
     activity = Activity()
     done: list[tuple[str, float]] = []
-    queue = BackgroundQueue(lambda item: done.append((item, time.monotonic())), 0.01, activity.idle_for, 0.05, 0.6)
+    queue: BackgroundQueue[str] = BackgroundQueue(
+        lambda item: done.append((item, time.monotonic())), 0.01, activity.idle_for, 0.05, 0.6
+    )
     stop = threading.Event()
     thread = threading.Thread(target=queue.run, args=(stop,))
     thread.start()
