@@ -228,7 +228,9 @@ class Preemption:
                     continue
                 if error.status == TOO_MANY_REQUESTS:
                     EVICTIONS.labels("blocked").inc()
-                    self._blocked[name] = self.clock() + BLOCKED_FOR_S
+                    now = self.clock()  # expired entries go as one is added: bounded by the last minute's refusals
+                    self._blocked = {pod: until for pod, until in self._blocked.items() if until > now}
+                    self._blocked[name] = now + BLOCKED_FOR_S
                     log.info("eviction of %s refused by its PodDisruptionBudget: deciding again without it", name)
                     self._withdraw(reservation)
                     return
