@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
@@ -17,10 +18,27 @@ T = TypeVar("T")
 MAX_QUEUED = 256  # items waiting; more are dropped (and logged) rather than block prepare
 
 
+@dataclass(frozen=True)
+class Deferral:
+    """How background work yields to the kubelet's calls: it goes once no call has run for
+    `quiet_s`, or once it has waited `most_s` while calls keep coming."""
+
+    quiet_s: float = 0.05
+    most_s: float = 2.0
+    at_stop_s: float = 3.0  # of the pod's termination grace (30 s), before the process exits
+
+    def wait_s(self, idle: float, waited: float) -> float:
+        """Seconds still to wait, after `idle` seconds without a call and `waited` in line (<= 0: go)."""
+        return 0.0 if idle >= self.quiet_s else min(self.quiet_s - idle, self.most_s - waited)
+
+
+DEFERRAL = Deferral()
+
+
 class BackgroundQueue(Generic[T]):
     """`offer` never blocks; `drain` does `work` on everything queued; `run` drains every
-    `period_s` until stopped, each item once the kubelet's calls leave room (`idle_for`: no call
-    for `quiet_s`, or `most_s` of waiting at most). `work` handles its own failures: one item never
+    `period_s` until stopped, each item once the kubelet's calls leave room (`idle_for` and
+    `deferral`). `work` handles its own failures: one item never
     stops the rest."""
 
     def __init__(
@@ -28,13 +46,12 @@ class BackgroundQueue(Generic[T]):
         work: Callable[[T], None],
         period_s: float,
         idle_for: Callable[[], float] = lambda: math.inf,
-        quiet_s: float = 0.05,
-        most_s: float = 2.0,
+        deferral: Deferral = DEFERRAL,
     ) -> None:
         self.work = work
         self.period_s = period_s
         self.idle_for = idle_for
-        self.quiet_s, self.most_s = quiet_s, most_s
+        self.deferral = deferral
         self._queue: queue.Queue[T] = queue.Queue(MAX_QUEUED)
 
     def offer(self, item: T, dropped: str) -> None:
@@ -56,10 +73,10 @@ class BackgroundQueue(Generic[T]):
             self.work(item)
 
     def _room(self, stop: threading.Event) -> None:
-        """Until no kubelet call has run for `quiet_s`, `most_s` at most, or `stop`."""
-        deadline = time.monotonic() + self.most_s
-        while (idle := self.idle_for()) < self.quiet_s and (left := deadline - time.monotonic()) > 0:
-            if stop.wait(min(self.quiet_s - idle, left)):
+        """Until the kubelet's calls leave room (`Deferral`), or `stop`."""
+        started = time.monotonic()
+        while (wait_s := self.deferral.wait_s(self.idle_for(), time.monotonic() - started)) > 0:
+            if stop.wait(wait_s):
                 return
 
     def run(self, stop: threading.Event) -> None:

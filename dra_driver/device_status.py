@@ -19,13 +19,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
 from urllib3.exceptions import HTTPError
 
+from dra_driver.background import DEFERRAL, Deferral
 from dra_driver.cdi_edits import ClaimDevice, limits
 from dra_driver.claim import ClaimRef
 from dra_driver.publishing.published import DeviceKind
@@ -38,13 +38,6 @@ READY = "Ready"
 StatusApplier = Callable[[ClaimRef, list[dict[str, Any]]], None]  # (claim, this node's device entries)
 Report = tuple[ClaimRef, list[dict[str, Any]]]
 MAX_WAITING = 1024  # claims whose report waits; reports of more are dropped (and logged), not queued
-
-
-@dataclass(frozen=True)
-class Deferral:
-    quiet_s: float = 0.05
-    most_s: float = 2.0
-    at_stop_s: float = 3.0  # of the pod's termination grace (30 s), before the process exits
 
 
 def device_data(claim_device: ClaimDevice) -> dict[str, Any]:
@@ -116,7 +109,7 @@ class DeviceStatusReports:
         apply: StatusApplier,
         node_name: str,
         idle_for: Callable[[], float] = lambda: math.inf,
-        deferral: Deferral = Deferral(),
+        deferral: Deferral = DEFERRAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.apply = apply
@@ -156,9 +149,9 @@ class DeviceStatusReports:
             if not self._waiting:
                 return None, math.inf
             uid, (report, since) = next(iter(self._waiting.items()))
-            idle, waited = self.idle_for(), self.clock() - since
-            if not (force or idle >= self.deferral.quiet_s or waited >= self.deferral.most_s):
-                return None, min(self.deferral.quiet_s - idle, self.deferral.most_s - waited)
+            wait_s = self.deferral.wait_s(self.idle_for(), self.clock() - since)
+            if not force and wait_s > 0:
+                return None, wait_s
             del self._waiting[uid]
             return report, 0.0
 

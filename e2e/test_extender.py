@@ -108,7 +108,7 @@ def test_required_rack_lands_in_one_rack_or_waits_whole_and_preferred_packs_or_s
     packed = gang_pods(ext.api, ext_namespace, "pref-c", 2, 8, selector=selector, annotations=preferred)
     wait_for(lambda: len(bound(ext.api, ext_namespace, packed)) == 2, 90, "gang pref-c placed")
     assert {rack_of[n] for n in bound(ext.api, ext_namespace, packed).values()} == {"rack-2"}, (
-        "best fit: the 2-node rack"
+        f"best fit: the 2-node rack; racks {rack_of}; the extender's plans:\n{_plans_logged(ext, 'pref-c')}"
     )
     for name in packed:
         core.delete_namespaced_pod(name, ext_namespace, grace_period_seconds=0)
@@ -116,6 +116,10 @@ def test_required_rack_lands_in_one_rack_or_waits_whole_and_preferred_packs_or_s
     spread = gang_pods(ext.api, ext_namespace, "pref-d", 3, 8, selector=selector, annotations=preferred)
     wait_for(lambda: len(bound(ext.api, ext_namespace, spread)) == 3, 90, "gang pref-d placed across racks")
     assert {rack_of[n] for n in bound(ext.api, ext_namespace, spread).values()} == {"rack-2", "rack-3"}
+
+
+def _plans_logged(ext: ExtenderCluster, gang: str) -> str:
+    return "\n".join(line for line in ext.log.read_text(errors="replace").splitlines() if gang in line)
 
 
 def test_restarted_extender_keeps_the_held_capacity_and_the_gang_completes_in_its_domain(

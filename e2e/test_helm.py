@@ -205,7 +205,16 @@ def published_with(api: client.ApiClient, *, fractions: bool) -> dict[str, int] 
 
 
 def describe_release(env: OnNode) -> str:
-    lines = []
+    daemonset = client.AppsV1Api(env.api).read_namespaced_daemon_set("nativedra-plugin", NAMESPACE)
+    status = daemonset.status
+    lines = [
+        f"daemonset generation={daemonset.metadata.generation} observed={status.observed_generation}"
+        f" updated={status.updated_number_scheduled} available={status.number_available}"
+        f" ready={status.number_ready} desired={status.desired_number_scheduled}"
+    ]
+    for pod in env.core.list_namespaced_pod(NAMESPACE, label_selector=PLUGIN_SELECTOR).items:
+        revision = (pod.metadata.labels or {}).get("controller-revision-hash")
+        lines.append(f"plugin pod {pod.metadata.name} revision={revision} deleted={pod.metadata.deletion_timestamp}")
     for selector in (PLUGIN_SELECTOR, EXTENDER_SELECTOR):
         for pod in env.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items:
             lines.append(describe_pod(env.api, NAMESPACE, pod.metadata.name))

@@ -119,6 +119,31 @@ class Matcher:
             self._reads_no_identity.put(expressions, known)
         return known
 
+    def demand_key(self, node: Node, demand: Demand) -> object:
+        """What a node's score reads of the devices its requests match (their shape), and the
+        values of any attribute a request asks to be equal: nodes with equal keys score alike for
+        equal usage. Scores that read other drivers' devices (partners) are the node's own."""
+        if demand.partners:
+            return node.name
+        requests = demand.requests
+        if len(requests) == 1 and not requests[0].match_attribute:  # most pods: one number
+            return self.matching_shape(node, requests[0].selectors)
+        key: list[object] = []
+        for request in requests:
+            key.append(self.matching_shape(node, request.selectors))
+            if request.match_attribute:
+                devices = self.matching(node, request.selectors)
+                key.append(tuple(device_attribute(d, request.match_attribute, self.driver) for d in devices))
+        return tuple(key)
+
+    def keys_by_model(self, demand: Demand) -> dict[int, object] | None:
+        """An empty model -> `demand_key` map to fill, when the key is the same on every node of one
+        model (no partner, no attribute value read, no selector reads device identity); else None."""
+        alike = not demand.partners and all(
+            not request.match_attribute and self.shareable(request.selectors) for request in demand.requests
+        )
+        return {} if alike else None
+
     def _shape_id(self, node: Node, found: list[NodeDevice]) -> int:
         shape = tuple(
             (

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.capacity import Matcher, device_attribute, place
+from extender.capacity import Matcher, place
 from extender.cel_eval import Selectors
 from extender.config import ExtenderConfig
 from extender.current_plan import CurrentPlan
@@ -240,7 +240,7 @@ class Decider:
         # Nodes of one model match a demand that reads no device identity alike: its key is worked
         # out once per model, so a new pod shape costs a few dictionary reads per node (at 10,000
         # nodes a method call or two more per node was a third of its first prioritize).
-        by_model: dict[int, object] | None = {} if self._keyed_by_model(demand) else None
+        by_model = self.matcher.keys_by_model(demand)
         for name in names:
             node = view.nodes.get(name)
             if node is None:
@@ -248,11 +248,11 @@ class Decider:
                 continue
             used = usage[name]
             if by_model is None:
-                key = self._matching_key(node, demand)
+                key = self.matcher.demand_key(node, demand)
             else:
                 key = by_model.get(node.model)
                 if key is None:
-                    key = by_model[node.model] = self._matching_key(node, demand)
+                    key = by_model[node.model] = self.matcher.demand_key(node, demand)
             alike = (key, id(used))
             found = shared.get(alike)
             if found is not None and found[0] is used:  # the entry holds `used`: its id is not reused
@@ -261,27 +261,3 @@ class Decider:
                 value = score(node, used, demand, self.matcher, self.config.weights)
                 shared[alike] = (used, value)
             scores[name] = value
-
-    def _keyed_by_model(self, demand: Demand) -> bool:
-        """Whether `_matching_key` is the same on every node of one model: it reads no partner and
-        no attribute value, and no selector reads device identity."""
-        return not demand.partners and all(
-            not request.match_attribute and self.matcher.shareable(request.selectors) for request in demand.requests
-        )
-
-    def _matching_key(self, node: Node, demand: Demand) -> object:
-        """What a node's score reads of the devices its requests match (their shape), and the
-        values of any attribute a request asks to be equal. Scores that read other drivers' devices
-        (partners) are the node's own."""
-        if demand.partners:
-            return node.name
-        requests = demand.requests
-        if len(requests) == 1 and not requests[0].match_attribute:  # most pods: one number
-            return self.matcher.matching_shape(node, requests[0].selectors)
-        key: list[object] = []
-        for request in demand.requests:
-            key.append(self.matcher.matching_shape(node, request.selectors))
-            if request.match_attribute:
-                devices = self.matcher.matching(node, request.selectors)
-                key.append(tuple(device_attribute(d, request.match_attribute, self.config.driver) for d in devices))
-        return tuple(key)

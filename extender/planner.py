@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from extender.capacity import Matcher, members_fit, most_members
 from extender.demand import Demand
@@ -111,8 +112,6 @@ class _DomainMemo:
         self._domains: dict[tuple[int, str | None], tuple[frozenset[str], dict[str, list[str]]]] = {}
         # (id of a domain's names, demand, need) -> (those names, their usage objects, the fit).
         self._fits: dict[tuple[int, Demand, int], tuple[list[str], list[Usage], _DomainFit]] = {}
-        self._allocations: int | None = None
-        self._allocations_known = False
 
     def domains(self, level: str | None, gang: Gang, part: Part | None = None) -> dict[str, list[str]]:
         """`gang_domains`, shared by gangs with the same usable nodes and no member placed yet."""
@@ -156,13 +155,11 @@ class _DomainMemo:
         self._fits[key] = (names, list(map(usage.__getitem__, names)), fit)
         return fit
 
+    @cached_property
     def allocations(self) -> int | None:
         """The most allocations all nodes' devices hold at once (None: unbounded)."""
-        if not self._allocations_known:
-            counts = [node.allocations for node in self.nodes.values()]
-            self._allocations = None if None in counts else sum(c for c in counts if c is not None)
-            self._allocations_known = True
-        return self._allocations
+        counts = [node.allocations for node in self.nodes.values()]
+        return None if None in counts else sum(c for c in counts if c is not None)
 
 
 def _assign(
@@ -222,7 +219,7 @@ def _too_big(gang: Gang, demand: Demand, memo: _DomainMemo, matcher: Matcher, li
     # Every member takes at least `fewest` allocations: when all the node's devices together hold
     # that many for every member (a sum of cached per-node counts), the exact count per matching
     # device is not needed: the fit loops are bounded per node anyway.
-    allocations = memo.allocations()
+    allocations = memo.allocations
     fewest = min(1 if r.all_devices else max(1, r.count) for r in demand.requests)
     if allocations is not None and size * fewest <= allocations:
         return None
@@ -271,7 +268,6 @@ class _Placement:
 def _place_exclusive(
     gang: Gang,
     part: Part,
-    nodes: dict[str, Node],
     usage: dict[str, Usage],
     matcher: Matcher,
     *,
@@ -302,7 +298,7 @@ def _place_exclusive(
             f"in a {level} of its own; {room}"
         )
     chosen = min(candidates, key=lambda c: (c.total, c.domain))
-    slots, changed = _assign(chosen, nodes, usage, demand, need=need, matcher=matcher)
+    slots, changed = _assign(chosen, memo.nodes, usage, demand, need=need, matcher=matcher)
     return chosen.domain, slots, changed
 
 
@@ -310,26 +306,24 @@ def _fit_together(
     gang: Gang,
     parts: list[Part],
     fit: _DomainFit,
-    domain_nodes: dict[str, Node],
+    names: list[str],
     usage: dict[str, Usage],
     *,
     matcher: Matcher,
     memo: _DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> _Placement | None:
-    """All `parts` in one domain (`fit` is the first part's fit there), one after the other on the
-    usage the earlier ones leave; None if one does not fit."""
+    """All `parts` in one domain (`fit` is the first part's fit there, `names` its nodes), one after
+    the other on the usage the earlier ones leave; None if one does not fit."""
     placement = _Placement()
     working = dict(usage)
     for index, part in enumerate(parts):
         demand, need = gang.demand(part), gang.part_remaining(part)
         if index:
-            fit = memo.fit(
-                fit.domain, sorted(domain_nodes), working, demand, need=need, matcher=matcher, out_of_time=out_of_time
-            )
+            fit = memo.fit(fit.domain, names, working, demand, need=need, matcher=matcher, out_of_time=out_of_time)
             if fit.total < need:
                 return None
-        slots, changed = _assign(fit, domain_nodes, working, demand, need=need, matcher=matcher)
+        slots, changed = _assign(fit, memo.nodes, working, demand, need=need, matcher=matcher)
         working.update(changed)
         placement.add(part.key, slots, changed, fit.domain)
     return placement
@@ -347,7 +341,6 @@ class _Together:
 def _place_together(
     gang: Gang,
     parts: list[Part],
-    nodes: dict[str, Node],
     usage: dict[str, Usage],
     matcher: Matcher,
     *,
@@ -370,9 +363,8 @@ def _place_together(
         ]
         best_seen = max([best_seen, *((fit.total, fit.domain) for fit in fits)])
         for fit in sorted((f for f in fits if f.total >= need), key=lambda c: (c.total, c.domain)):
-            in_domain = {name: nodes[name] for name in domains[fit.domain]}
             placement = _fit_together(
-                gang, parts, fit, in_domain, usage, matcher=matcher, memo=memo, out_of_time=out_of_time
+                gang, parts, fit, domains[fit.domain], usage, matcher=matcher, memo=memo, out_of_time=out_of_time
             )
             if placement is not None:
                 return _Together(placement, level)
@@ -381,7 +373,6 @@ def _place_together(
 
 def _plan_gang(
     gang: Gang,
-    nodes: dict[str, Node],
     usage: dict[str, Usage],
     matcher: Matcher,
     *,
@@ -404,7 +395,7 @@ def _plan_gang(
             count = (low + high) // 2
             sized = Gang(replace(gang.ref, size=count), gang.members)
             attempt = _plan_members(
-                sized, nodes, usage, matcher, taken=taken, limits=limits, memo=memo, out_of_time=out_of_time
+                sized, usage, matcher, taken=taken, limits=limits, memo=memo, out_of_time=out_of_time
             )
             if attempt[0].feasible:
                 best, low = attempt, count + 1
@@ -412,12 +403,11 @@ def _plan_gang(
                 high = count - 1
         if best is not None:
             return best
-    return _plan_members(gang, nodes, usage, matcher, taken=taken, limits=limits, memo=memo, out_of_time=out_of_time)
+    return _plan_members(gang, usage, matcher, taken=taken, limits=limits, memo=memo, out_of_time=out_of_time)
 
 
 def _plan_members(
     gang: Gang,
-    nodes: dict[str, Node],
     usage: dict[str, Usage],
     matcher: Matcher,
     *,
@@ -440,9 +430,7 @@ def _plan_members(
     used: set[str] = set()
     exclusive = [p for p in gang.parts if p.exclusive]
     for part in sorted(exclusive, key=lambda p: (not gang.part_placed(p), p.key)):  # placed parts keep theirs
-        own = _place_exclusive(
-            gang, part, nodes, working, matcher, taken=taken, used=used, memo=memo, out_of_time=out_of_time
-        )
+        own = _place_exclusive(gang, part, working, matcher, taken=taken, used=used, memo=memo, out_of_time=out_of_time)
         if isinstance(own, str):
             return Plan(gang.ref.key, False, reason=own), {}
         domain, slots, changed = own
@@ -455,7 +443,6 @@ def _plan_members(
         found = _place_together(
             gang,
             together,
-            nodes,
             working,
             matcher,
             taken=taken,
@@ -478,7 +465,6 @@ def _plan_members(
 
 def _plan_in_budget(
     gang: Gang,
-    nodes: dict[str, Node],
     usage: dict[str, Usage],
     matcher: Matcher,
     *,
@@ -494,7 +480,6 @@ def _plan_in_budget(
     try:
         return _plan_gang(
             gang,
-            nodes,
             usage,
             matcher,
             taken=taken,
@@ -574,7 +559,7 @@ def plan_cluster(
         def plan_anew() -> Record:
             spent: list[bool] = []
             plan, changed = _plan_in_budget(
-                gang, nodes, working, matcher, taken=taken, limits=limits, memo=domain_memo, clock=clock, spent=spent
+                gang, working, matcher, taken=taken, limits=limits, memo=domain_memo, clock=clock, spent=spent
             )
             return Record(gang.ref.key, expired, dict(taken), plan, changed, not spent)
 

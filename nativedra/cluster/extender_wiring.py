@@ -44,14 +44,20 @@ def _probe(api: client.ApiClient, scheduler: str) -> Any:
     return client.CoreV1Api(api).create_namespaced_pod("default", probe, dry_run="All")
 
 
+def _marked(pod: Any) -> bool:
+    return EXTENDER_MARKER in (pod.spec.containers[0].resources.limits or {})
+
+
 def marked_now(api: client.ApiClient, scheduler: str = "default-scheduler") -> bool:
     """Whether a gang pod of `scheduler` created now would be marked."""
-    return EXTENDER_MARKER in (_probe(api, scheduler).spec.containers[0].resources.limits or {})
+    return _marked(_probe(api, scheduler))
 
 
-def routed_now(api: client.ApiClient) -> bool:
-    """Whether a gang pod of the default scheduler created now would be moved to EVERY_NODE_PROFILE."""
-    return bool(_probe(api, "default-scheduler").spec.scheduler_name == EVERY_NODE_PROFILE)
+def wired_now(api: client.ApiClient) -> tuple[bool, bool]:
+    """Whether a gang pod of the default scheduler created now would be marked, and moved to
+    EVERY_NODE_PROFILE: one dry run answers both."""
+    pod = _probe(api, "default-scheduler")
+    return _marked(pod), pod.spec.scheduler_name == EVERY_NODE_PROFILE
 
 
 def withdraw_marker_policy(api: client.ApiClient, name: str) -> None:
@@ -72,7 +78,7 @@ def call_extender(
         api = plane.api_client()
         apply_file(api, extender_marker_policy())
         wait_for(
-            lambda: marked_now(api) and routed_now(api),
+            lambda: wired_now(api) == (True, True),
             30,
             "the policies to mark and move new pods",
             lambda: f"a gang pod created now: {_probe(api, 'default-scheduler').spec}",
@@ -86,5 +92,5 @@ def stop_calling_extender(plane: ControlPlane, extra: Mapping[str, Any] | None =
         api = plane.api_client()
         withdraw_marker_policy(api, POLICY_NAME)
         withdraw_marker_policy(api, ROUTING_POLICY_NAME)
-        wait_for(lambda: not marked_now(api) and not routed_now(api), 30, "new pods created as without the policies")
+        wait_for(lambda: wired_now(api) == (False, False), 30, "new pods created as without the policies")
     plane.restart_scheduler(dict(extra or {}))

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dra_driver.background import MAX_QUEUED, Activity, BackgroundQueue
+from dra_driver.background import MAX_QUEUED, Activity, BackgroundQueue, Deferral
 
 
 def test_a_full_queue_drops_without_blocking_and_names_what_was_dropped(caplog: pytest.LogCaptureFixture) -> None:
@@ -88,7 +88,7 @@ def test_run_waits_while_the_kubelet_calls_and_goes_once_they_leave_room() -> No
     activity = Activity()
     done: list[tuple[str, float]] = []
     queue: BackgroundQueue[str] = BackgroundQueue(
-        lambda item: done.append((item, time.monotonic())), 0.01, activity.idle_for, 0.05, 0.6
+        lambda item: done.append((item, time.monotonic())), 0.01, activity.idle_for, Deferral(quiet_s=0.05, most_s=0.6)
     )
     stop = threading.Event()
     thread = threading.Thread(target=queue.run, args=(stop,))
