@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from extender.gang import NATIVE, GangRef, gang_of
 from extender.lag import InFlight, complete_offer, pod_key
 from extender.lru import LruCache
 from extender.membership import node_of
+from extender.node_groups import NodeGroups
 from extender.node_usage import Node, Usage
 from extender.planner import ClusterPlan
 from extender.preemption_plan import name_of
@@ -87,6 +88,7 @@ class Decider:
         )
         # demand -> its last answer, what `prioritize` starts the next one from. Bounded the same way.
         self._answers: LruCache[Demand, _Answer] = LruCache(self.SCORE_DEMANDS)
+        self._groups = NodeGroups()  # a new demand's first scores, by node model and usage
         self.warm = threading.Event()  # set by `warm_up`: the process reports ready from then on
 
     def warm_up(self, view: ClusterView) -> None:
@@ -215,23 +217,54 @@ class Decider:
         if not demand.requests:
             return {}  # no preference: an unlisted host scores 0 (see wire.encode_priorities)
         # A gang member is scored on real usage: the capacity held for its own gang is meant for it.
-        usage = view.usage if self.gang(view, pod) else self.plans.held_plan(view, time.time())[0].held
+        # Others on the plan's, which is the view's but where gangs hold capacity (`holders`).
+        usage: Mapping[str, Usage] = view.usage
+        differs: Collection[str] | None = ()
+        if not self.gang(view, pod):
+            held = self.plans.held_plan(view, time.time())[0]
+            usage = held.held
+            differs = held.holders if held.memo is not None and held.memo.usage is view.usage else None
         last = self._answers.get(demand)
         if last is None or last.names != names:
-            scores: dict[str, int] = {}
-            stale = names
+            scores = self._first_scores(view, usage, differs, demand, names)
         elif last.nodes is view.nodes and last.usage is usage:
             return last.scores
         else:
             scores = dict(last.scores)
             nodes, before, used_before = view.nodes, last.nodes, last.usage
             stale = [n for n in names if usage.get(n) is not used_before.get(n) or nodes.get(n) is not before.get(n)]
-        self._score(view, usage, demand, stale, scores)
+            self._score(view, usage, demand, stale, scores)
         self._answers.put(demand, _Answer(names, view.nodes, usage, scores))
         return scores
 
+    def _first_scores(
+        self,
+        view: ClusterView,
+        usage: Mapping[str, Usage],
+        differs: Collection[str] | None,
+        demand: Demand,
+        names: list[str],
+    ) -> dict[str, int]:
+        """A demand's first answer for these names: by node group (`NodeGroups`) where nodes of one
+        model score alike and `usage` is the view's but on the nodes `differs` names (None: not
+        known), else node by node."""
+        if differs is not None and self.matcher.alike_by_model(demand):
+            one: dict[str, int] = {}
+
+            def value(name: str) -> int:
+                self._score(view, view.usage, demand, [name], one)
+                return one[name]
+
+            grouped = self._groups.scores(view, names, value)
+            if grouped is not None:
+                self._score(view, usage, demand, [name for name in differs if name in grouped], grouped)
+                return grouped
+        scores: dict[str, int] = {}
+        self._score(view, usage, demand, names, scores)
+        return scores
+
     def _score(
-        self, view: ClusterView, usage: dict[str, Usage], demand: Demand, names: list[str], scores: dict[str, int]
+        self, view: ClusterView, usage: Mapping[str, Usage], demand: Demand, names: list[str], scores: dict[str, int]
     ) -> None:
         shared = self._shared_scores.get(demand)
         if shared is None or len(shared) > 2 * len(view.nodes):
@@ -240,7 +273,7 @@ class Decider:
         # Nodes of one model match a demand that reads no device identity alike: its key is worked
         # out once per model, so a new pod shape costs a few dictionary reads per node (at 10,000
         # nodes a method call or two more per node was a third of its first prioritize).
-        by_model = self.matcher.keys_by_model(demand)
+        by_model: dict[int, object] | None = {} if self.matcher.alike_by_model(demand) else None
         for name in names:
             node = view.nodes.get(name)
             if node is None:

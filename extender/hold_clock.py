@@ -9,13 +9,36 @@ others until the cluster changes in a way that may let it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from extender.capacity import Matcher, members_fit
 from extender.node_usage import Node, Usage
 from extender.plan_model import Gang, HoldClock
 
 Room = Callable[[Gang, Node, Usage, Matcher], tuple[int, ...]]
+
+
+class UsageOn(Mapping[str, Usage]):
+    """A plan's usage mapping (never changed once made) seen on some nodes only: what an expired
+    gang keeps of the nodes it may use, without a copy per gang per plan (20 waiting gangs that may
+    use any of 10,000 nodes copied 200,000 entries on every GPU freed or taken)."""
+
+    def __init__(self, usage: Mapping[str, Usage], names: Collection[str]) -> None:
+        self._usage, self.names = usage, names
+
+    def __getitem__(self, name: str) -> Usage:
+        if name not in self.names:
+            raise KeyError(name)
+        return self._usage[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names and name in self._usage
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in self.names if name in self._usage)
+
+    def __len__(self) -> int:
+        return sum(1 for name in self.names if name in self._usage)
 
 
 def room_counts(gang: Gang, node: Node, usage: Usage, matcher: Matcher) -> tuple[int, ...]:
@@ -64,8 +87,8 @@ def hold_clock(
     these members): only those are looked at."""
     members = frozenset((m.pod, m.node, m.done) for m in gang.members)
 
-    def usable() -> dict[str, Usage]:  # only expired gangs look at usage: most plans skip the nodes
-        return {name: usage[name] for name in gang.usable_nodes(nodes)}
+    def usable() -> UsageOn:  # only expired gangs look at usage: most plans skip the nodes
+        return UsageOn(usage, gang.usable_nodes(nodes))
 
     looked_at: dict[str, Usage | None] | None = None
     if previous is None:
@@ -88,7 +111,8 @@ def hold_clock(
     if now - since <= timeout:
         return HoldClock(since, members, False, {})
     if changed is not None and looked_at is not None and previous is not None:
-        held = dict(previous.usage)  # the nodes it may use: unchanged ones are the same objects
-        held.update({name: used for name, used in looked_at.items() if used is not None})
-        return HoldClock(since, members, True, held)
+        # The nodes it may use, as now: those not `changed` hold the objects it saw before.
+        kept = previous.usage
+        names = kept.names if isinstance(kept, UsageOn) else frozenset(kept)  # never the old mapping itself
+        return HoldClock(since, members, True, UsageOn(usage, names))
     return HoldClock(since, members, True, usable())

@@ -165,12 +165,14 @@ def share_values(resource_slice: dict[str, Any]) -> None:
 
 
 def _without_identity(raw: dict[str, Any]) -> dict[str, Any]:
-    attributes = raw.get("attributes") or {}
-    return {
-        "attributes": {k: v for k, v in attributes.items() if k not in IDENTITY_ATTRIBUTES},
-        "capacity": raw.get("capacity"),
-        "allowMultipleAllocations": raw.get("allowMultipleAllocations"),
-    }
+    """The device as published, less the attributes that tell it apart from its model's others."""
+    attributes = raw.get("attributes")
+    if not attributes or not any(key in attributes for key in IDENTITY_ATTRIBUTES):
+        return raw
+    kept = attributes.copy()
+    for key in IDENTITY_ATTRIBUTES:
+        kept.pop(key, None)
+    return {**raw, "attributes": kept}
 
 
 @dataclass
@@ -191,14 +193,11 @@ class Node:
         less each device's identity (`IDENTITY_ATTRIBUTES`): nodes of one hardware model and
         configuration share it, so a selector that reads no identity matches the same devices on each
         of them (extender.capacity). Worked out once per node object, when first asked."""
-        digest = hashlib.blake2b(digest_size=16)  # kept instead of the devices: 16 bytes a model
-        for device in self.devices.values():
-            for part in (
-                repr((device.name, device.tainted, device.multi, device.consumes, device.groups)).encode(),
-                orjson.dumps(_without_identity(device.raw)),
-            ):
-                digest.update(len(part).to_bytes(4, "big"))
-                digest.update(part)
+        # Everything a device publishes (its name, attributes, capacity, counters it consumes, taints)
+        # in one serialization: one C call per node, where one per device part was half the work
+        # of a 10,000-node extender's first view.
+        published = orjson.dumps([_without_identity(device.raw) for device in self.devices.values()])
+        digest = hashlib.blake2b(published, digest_size=16)  # kept instead of the devices: 16 bytes a model
         digest.update(repr(sorted(self.counters.items())).encode())
         return _MODELS.number(digest.digest())
 
@@ -210,7 +209,10 @@ class Node:
     def allocations(self) -> int | None:
         """The most allocations all its devices can hold at once (None: unbounded). Devices never
         change in a Node object: the state builds a new one when a slice changes."""
-        counts = [device.allocations for device in self.devices.values()]
+        devices = self.devices.values()
+        if not any(device.multi for device in devices):
+            return len(devices)  # one allocation each
+        counts = [device.allocations for device in devices]
         return None if None in counts else sum(c for c in counts if c is not None)
 
 
@@ -239,29 +241,29 @@ def nodes_from(node_objects: list[dict[str, Any]], slices: list[dict[str, Any]],
         for counter_set in spec.get("sharedCounters") or []:
             node.counters[counter_set["name"]] = {k: quantity(v["value"]) for k, v in counter_set["counters"].items()}
         for raw in spec.get("devices") or []:
-            consumes = tuple(
-                (c["counterSet"], tuple((k, quantity(v["value"])) for k, v in c["counters"].items()))
-                for c in raw.get("consumesCounters") or []
-            )
-            tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in raw.get("taints") or [])
-            groups = tuple(
-                (c["counterSet"], frozenset(c["compatibilityGroups"]))
-                for c in raw.get("consumesCounters") or []
-                if c.get("compatibilityGroups")
-            )
-            node.devices[raw["name"]] = NodeDevice(
-                node.name,
-                raw["name"],
-                raw,
-                driver,
-                consumes,
-                bool(raw.get("allowMultipleAllocations")),
-                tainted,
-                groups,
-            )
+            node.devices[raw["name"]] = _device(node.name, raw, driver)
     for name, found in partners.items():
         nodes[name].partners = tuple(found)
     return nodes
+
+
+def _device(node: str, raw: dict[str, Any], driver: str) -> NodeDevice:
+    # Most devices consume no counters and carry no taint: those skip building empty tuples
+    # (10,000 nodes' first view builds 80,000 of them or more).
+    counters = raw.get("consumesCounters")
+    consumes: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...] = ()
+    groups: tuple[tuple[str, frozenset[str]], ...] = ()
+    if counters:
+        consumes = tuple(
+            (c["counterSet"], tuple((k, quantity(v["value"])) for k, v in c["counters"].items())) for c in counters
+        )
+        groups = tuple(
+            (c["counterSet"], frozenset(c["compatibilityGroups"])) for c in counters if c.get("compatibilityGroups")
+        )
+    taints: list[dict[str, Any]] = raw.get("taints") or []
+    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in taints)
+    multi = bool(raw.get("allowMultipleAllocations"))
+    return NodeDevice(node, raw["name"], raw, driver, consumes, multi, tainted, groups)
 
 
 def partner_name(driver: str, pool: str, device: str) -> str:
@@ -387,7 +389,8 @@ def usage_from(claims: list[dict[str, Any]], nodes: dict[str, Node], driver: str
             device = node.devices.get(result["device"]) if node is not None else None
             if node is None or device is None:
                 continue
-            take(usage[node.name], device, {k: quantity(v) for k, v in (result.get("consumedCapacity") or {}).items()})
+            consumed = result.get("consumedCapacity")
+            take(usage[node.name], device, {k: quantity(v) for k, v in consumed.items()} if consumed else None)
     for name, partners in in_use.items():
         usage[name].partners = frozenset(partners)
     return usage

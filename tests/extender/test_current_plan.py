@@ -305,8 +305,9 @@ def test_a_pod_an_older_plan_refuses_everywhere_is_judged_again_by_a_plan_of_the
 
 def test_answers_asked_while_a_plan_is_being_made_wait_for_it_and_share_it() -> None:
     """Under the GIL two plans made side by side only share the CPU: an answer asked while a plan
-    of the same view is being made waits for it and gets that very plan, not one of its own."""
-    busy = builders.busy_cluster(400, rack_size=16, pending_gangs=12, pending_gang_size=8, namespace="ns")
+    of the same view is being made waits for it and gets that very plan, not one of its own. (1,600
+    nodes: the first plan takes tens of ms, so the second is asked while it runs.)"""
+    busy = builders.busy_cluster(1600, rack_size=16, pending_gangs=12, pending_gang_size=8, namespace="ns")
     state = ClusterState(DRIVER)
     for kind, items in busy.objects.items():
         state.replace(kind, items)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from typing import Any
 
 import pytest
@@ -82,6 +83,19 @@ def _busy_state(rng: random.Random) -> tuple[ClusterState, list[dict[str, Any]],
     return state, shapes, claims
 
 
+def _churn(state: ClusterState, rng: random.Random, claims: list[dict[str, Any]], round_number: int) -> dict[str, Any]:
+    """Six claims freed or allocated again as listed, and one node relabelled (returned)."""
+    for listed in rng.sample(claims, 6):
+        claim = json.loads(json.dumps(listed))
+        if rng.random() < 0.5:
+            claim["status"] = {}
+        state.apply("MODIFIED", "resourceclaims", claim)
+    node = json.loads(json.dumps(rng.choice(list(state.objects["nodes"].values()))))
+    node["metadata"].setdefault("labels", {})["round"] = str(round_number)
+    state.apply("MODIFIED", "nodes", node)
+    return node
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_every_nodes_score_equals_a_fresh_score_of_that_node(seed: int) -> None:
     state, shapes, _ = _busy_state(random.Random(seed))  # noqa: S311 - reproducible layouts, not secrets
@@ -111,7 +125,6 @@ def test_an_answer_patched_after_watch_events_equals_a_fresh_one() -> None:
     state, shapes, claims = _busy_state(rng)
     decider = Decider(ExtenderConfig(stale_plan_seconds=0))  # judged by a plan of each view, not an older one
     pods = [builders.pod(f"asks-{s['metadata']['name']}", namespace=NS, template=s["metadata"]["name"]) for s in shapes]
-    allocations = {c["metadata"]["name"]: c["status"] for c in claims}
     changed_scores = 0
     for round_number in range(25):
         view = state.view()
@@ -124,13 +137,45 @@ def test_an_answer_patched_after_watch_events_equals_a_fresh_one() -> None:
             }
             assert scores == fresh, (round_number, pod["metadata"]["name"])
         before = dict(scores)
-        for listed in rng.sample(claims, 6):
-            claim = json.loads(json.dumps(listed))
-            claim["status"] = {} if rng.random() < 0.5 else allocations[claim["metadata"]["name"]]
-            state.apply("MODIFIED", "resourceclaims", claim)
-        node = json.loads(json.dumps(rng.choice(list(state.objects["nodes"].values()))))
-        node["metadata"].setdefault("labels", {})["round"] = str(round_number)
-        state.apply("MODIFIED", "nodes", node)
+        _churn(state, rng, claims, round_number)
         view = state.view()
         changed_scores += decider.prioritize(view, pods[-1], sorted(view.nodes)) != before
     assert changed_scores > 10, "the events changed answers: the patching was put to the test"
+
+
+def test_a_new_shape_scored_by_node_group_after_watch_events_equals_a_fresh_score() -> None:
+    """A demand seen for the first time is scored once per group of nodes (model, usage object),
+    the groups moved along by the state's journal: round after round of claims freed or taken,
+    labels changed and a node removed, with a pending gang holding capacity on some nodes, a new
+    shape's scores equal a fresh score of every node on the usage its pod is judged by."""
+    rng = random.Random(5)  # noqa: S311 - reproducible events, not secrets
+    state, _, claims = _busy_state(rng)
+    gang = builders.claim_template("gang-gpus", 8, namespace=NS)
+    state.apply("ADDED", "resourceclaimtemplates", gang)
+    for index in range(2):  # two whole free nodes' worth, held for the gang while it waits
+        member = builders.pod(
+            f"gang-{index}", namespace=NS, template="gang-gpus", labels=builders.gang_labels("g", 2), created=CREATED
+        )
+        state.apply("ADDED", "pods", member)
+    decider = Decider(ExtenderConfig(stale_plan_seconds=0))
+    held_somewhere = 0
+    for round_number in range(12):
+        view = state.view()
+        shape = builders.claim_template(f"shape-{round_number}", 1 + round_number % 4, namespace=NS)
+        state.apply("ADDED", "resourceclaimtemplates", shape)
+        view = state.view()
+        pod = builders.pod(f"asks-{round_number}", namespace=NS, template=f"shape-{round_number}", created=CREATED)
+        names = sorted(view.nodes)
+        scores = decider.prioritize(view, pod, names)
+        held = decider.plans.held_plan(view, time.time())[0]
+        demand = decider.demand(view, pod)
+        fresh = {
+            name: score(view.nodes[name], held.held[name], demand, decider.matcher, decider.config.weights)
+            for name in names
+        }
+        assert scores == fresh, round_number
+        held_somewhere += bool(held.holders)
+        node = _churn(state, rng, claims, round_number)
+        if round_number == 6:
+            state.apply("DELETED", "nodes", node)
+    assert held_somewhere, "the gang held capacity: scores on held nodes were put to the test"
