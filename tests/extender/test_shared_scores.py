@@ -90,7 +90,7 @@ def _churn(state: ClusterState, rng: random.Random, claims: list[dict[str, Any]]
         if rng.random() < 0.5:
             claim["status"] = {}
         state.apply("MODIFIED", "resourceclaims", claim)
-    node = json.loads(json.dumps(rng.choice(list(state.objects["nodes"].values()))))
+    node: dict[str, Any] = json.loads(json.dumps(rng.choice(list(state.objects["nodes"].values()))))
     node["metadata"].setdefault("labels", {})["round"] = str(round_number)
     state.apply("MODIFIED", "nodes", node)
     return node
