@@ -93,13 +93,14 @@ class Decider:
 
     def warm_up(self, view: ClusterView) -> None:
         """What the first call after the LIST would otherwise pay (1.6 s at 10,000 nodes): every
-        node's model and allocation count, and the first plan. Run before the process reports
+        node's model and allocation count, the first plan, and the nodes' groups. Run before the process reports
         ready, so a restarted replica takes no call it would answer that slowly. Ready even if
         the plan fails: a call plans again, as it would have without this."""
         try:
             for node in view.nodes.values():
                 node.work_out()
             self.plans.plan(view, None, time.time())
+            self._groups.follow(view)
         except Exception:
             log.exception("the first plan failed; calls plan for themselves")
         finally:

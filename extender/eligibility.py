@@ -130,6 +130,10 @@ class PodAffinity:
     first: bool = False  # first-pod rule: nothing placed matches, the pod matches its own terms
     refused: frozenset[tuple[str, str]] = frozenset()  # domains anti-affinity (either side) excludes
 
+    def allows_any(self) -> bool:
+        """Whether `allows` accepts every node, whatever its labels."""
+        return not self.refused and not self.keys
+
     def allows(self, labels: Mapping[str, str]) -> bool:
         if self.refused and any((key, value) in self.refused for key, value in labels.items()):
             return False

@@ -46,6 +46,11 @@ class NodeGroups:
                     scores.update(dict.fromkeys(found, value(name)))
             return scores
 
+    def follow(self, view: ClusterView) -> None:
+        """Group the view's nodes now, off the request path (`Decider.warm_up`)."""
+        with self._lock:
+            self._move_to(view)
+
     def _move_to(self, view: ClusterView) -> bool:
         if view.version < self._version:
             return False
@@ -53,14 +58,21 @@ class NodeGroups:
             return True
         changes = view.changes(self._version) if self._version >= 0 else None
         if changes is None:
-            self._key_of, self._members = {}, {}
-            changed: Iterable[str] = view.nodes
+            self._regroup_all(view)
         else:
-            changed = {key[1] for kind, key in changes if kind in NODE_KINDS}
-        for name in changed:
-            self._regroup(view, name)
+            for name in {key[1] for kind, key in changes if kind in NODE_KINDS}:
+                self._regroup(view, name)
         self._version, self._usage = view.version, view.usage
         return True
+
+    def _regroup_all(self, view: ClusterView) -> None:
+        self._key_of, self._members = {}, {}
+        usage = view.usage
+        for name, node in view.nodes.items():
+            used = usage.get(name)
+            if used is not None:
+                key = self._key_of[name] = (node.model, id(used))
+                self._members.setdefault(key, set()).add(name)
 
     def _regroup(self, view: ClusterView, name: str) -> None:
         old = self._key_of.pop(name, None)

@@ -25,7 +25,10 @@ def _same_members(before: list[Member], now: list[Member]) -> bool:
 def _usable_names(gang: Gang, nodes: dict[str, Node]) -> frozenset[str]:
     """Every node whose usage can change the gang's plan: one it, or any of its parts, may use."""
     parts: list[Part | None] = [None, *gang.parts]
-    return frozenset().union(*(gang.usable_nodes(nodes, part) for part in parts))
+    found = {id(usable): usable for usable in (gang.usable_nodes(nodes, part) for part in parts)}
+    if len(found) == 1:  # most gangs: one set (shared by gangs alike), not a copy of it each
+        return next(iter(found.values()))
+    return frozenset().union(*found.values())
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,9 @@ class PlanMemo:
     limits: PlanLimits
     seen: dict[str, Seen]
     records: list[Record]
+    # id of a gang object -> (that gang, its plan when nodes do not matter, else None): most gangs
+    # of a busy cluster are bound ones, the same objects plan after plan while only usage moves.
+    settled: dict[int, tuple[Gang, Plan | None]]
 
 
 class Incremental:

@@ -153,11 +153,16 @@ class Gang:
         if member is None:
             return frozenset(nodes)
         own = len(self.parts) == 1 or (part is not None and member.part == part.key)
-        key = (id(nodes), selection_key(member.spec), member.affinity if own else ANY_NODE)
+        affinity = member.affinity if own else ANY_NODE
+        selection = selection_key(member.spec)
+        key = (id(nodes), selection, affinity)
         cached = _USABLE.get(key)
         if cached is not None and cached[0] is nodes:
             return cached[1]
-        found = frozenset(name for name, node in nodes.items() if self.may_use(node, part))
+        if not selection and affinity.allows_any():  # every node: no need to ask each of them
+            found = frozenset(nodes)
+        else:
+            found = frozenset(name for name, node in nodes.items() if self.may_use(node, part))
         _USABLE.put(key, (nodes, found))
         return found
 

@@ -530,8 +530,15 @@ def plan_cluster(
     # yet) holds nothing and has no clock: on a busy cluster most gangs are bound ones, and each
     # event used to re-check the room on their nodes.
     present = []
+    known = memo.settled if memo is not None else {}
+    settled_now: dict[int, tuple[Gang, Plan | None]] = {}
     for gang in gangs:
-        settled = _settled(gang, gang.demand()) if gang.members else None
+        found = known.get(id(gang))
+        if found is not None and found[0] is gang:  # members fixed once planned: the same answer
+            settled = found[1]
+        else:
+            settled = _settled(gang, gang.demand()) if gang.members else None
+        settled_now[id(gang)] = (gang, settled)
         if settled is not None:
             plans[gang.ref.key] = settled
         elif gang.members:
@@ -585,5 +592,5 @@ def plan_cluster(
         after_active.update(changed)
     valid_until = min((c.since + limits.timeout for c in after.values() if not c.expired), default=math.inf)
     seen = {g.ref.key: Seen(g.ref, list(g.members), usable[g.ref.key], after[g.ref.key]) for g in present}
-    next_memo = PlanMemo(nodes, usage, limits, seen, incremental.records)
+    next_memo = PlanMemo(nodes, usage, limits, seen, incremental.records, settled_now)
     return ClusterPlan(plans, held, dict(holders), after, valid_until, next_memo)
