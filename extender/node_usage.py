@@ -167,7 +167,7 @@ def share_values(resource_slice: dict[str, Any]) -> None:
 def _without_identity(raw: dict[str, Any]) -> dict[str, Any]:
     """The device as published, less the attributes that tell it apart from its model's others."""
     attributes = raw.get("attributes")
-    if not attributes or not any(key in attributes for key in IDENTITY_ATTRIBUTES):
+    if not attributes or attributes.keys().isdisjoint(IDENTITY_ATTRIBUTES):
         return raw
     kept = attributes.copy()
     for key in IDENTITY_ATTRIBUTES:
