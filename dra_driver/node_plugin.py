@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from dra_driver.kubelet_paths import (
 from dra_driver.metadata_store import MetadataStore
 from dra_driver.node_devices import NodeDevices
 from dra_driver.prepare import ClaimPreparer, LocalNode, Reporters
+from dra_driver.publishing.handover import Instance, serving_kubelet
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slice_controller import SliceController
@@ -91,9 +93,10 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         except Exception as error:  # noqa: BLE001 - the event is for humans; publishing goes on without it
             log.warning("could not post the Node event: %s", error)
 
-    controller = SliceController(
-        devices, SlicePublisher(api, settings.node_name), resync_s=settings.resync_s, on_degraded=degraded
-    )
+    # With a pod UID (per-pod sockets) a newer pod of a rolling update may run beside this one.
+    instance = Instance(settings.pod_uid, time.time()) if settings.pod_uid else None
+    publisher = SlicePublisher(api, settings.node_name, instance, serving_kubelet(settings.registry_dir))
+    controller = SliceController(devices, publisher, resync_s=settings.resync_s, on_degraded=degraded)
     checkpoint = Checkpoint(settings.data_dir / "checkpoint.json", boot_id())
     activity = Activity()
     events = FailureEvents(post_event, settings.node_name, idle_for=activity.idle_for)

@@ -14,6 +14,7 @@ import yaml
 from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, packaged_profiles, resolve_profile
+from dra_driver.publishing.handover import Instance
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher, same_spec
 from dra_driver.publishing.slices import build_slices
@@ -92,6 +93,32 @@ def test_publisher_restores_slices_changed_by_someone_else(
     assert len(stored) == len(specs)
     for desired, actual in zip(specs, stored, strict=True):
         assert same_spec({**desired, "pool": {**desired["pool"], "generation": 2}}, actual["spec"])
+
+
+def test_two_instances_of_a_rolling_update_hand_over_instead_of_undoing_each_other(
+    api: client.ApiClient, fake_nodes: Callable[..., str]
+) -> None:
+    """The old pod publishes fractions, the new one (started later) none: the new one's slices stay
+    while it serves, the old one writes nothing more, and once the new one is gone the old one
+    takes the slices back."""
+    node = fake_nodes("handover")
+    inventory = load_profile(resolve_profile("l4-4x"))
+    with_fractions = build_slices(inventory, PublishConfig(), node)
+    without = build_slices(inventory, PublishConfig(fractions=()), node)
+    serving = {"old-pod", "new-pod"}
+    old = SlicePublisher(api, node, Instance("old-pod", 100.0), serving.__contains__)
+    new = SlicePublisher(api, node, Instance("new-pod", 200.0), serving.__contains__)
+    assert old.reconcile(with_fractions).writes
+    assert new.reconcile(without).writes, "the newer instance overwrites the older one's slices"
+    stored = our_slices(api, node)
+    for _ in range(3):  # each watch event of the other's write would have started another round
+        result = old.reconcile(with_fractions)
+        assert (result.writes, result.yielded_to) == (0, Instance("new-pod", 200.0))
+        assert new.reconcile(without).writes == 0
+    assert our_slices(api, node) == stored
+    serving.discard("new-pod")
+    assert old.reconcile(with_fractions).writes, "the newer instance is gone: the slices are taken back"
+    assert old.reconcile(with_fractions).writes == 0, "they now hold the old instance's inventory"
 
 
 def test_real_scheduler_allocates_by_product_name_numa_mig_and_fraction(

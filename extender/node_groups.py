@@ -9,9 +9,9 @@ prioritize at 10,000 nodes looked up each node on its own, most of its 15-20 ms.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-from extender.node_usage import Usage
+from extender.node_usage import Node, Usage
 from extender.view import ClusterView
 
 GroupKey = tuple[int, int]  # (node model, id of the usage object)
@@ -26,7 +26,8 @@ class NodeGroups:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._version = -1
-        self._usage: dict[str, Usage] = {}
+        self._nodes: Mapping[str, Node] = {}
+        self._usage: Mapping[str, Usage] = {}
         self._key_of: dict[str, GroupKey] = {}
         self._members: dict[GroupKey, set[str]] = {}
 
@@ -54,25 +55,32 @@ class NodeGroups:
     def _move_to(self, view: ClusterView) -> bool:
         if view.version < self._version:
             return False
-        if view.version == self._version and view.usage is self._usage:
+        same = view.nodes is self._nodes and view.usage is self._usage
+        if view.version == self._version and same:
             return True
-        changes = view.changes(self._version) if self._version >= 0 else None
+        # A view of the same version with other mappings (made by hand, not by the state) has no
+        # journal to go by.
+        changes = view.changes(self._version) if self._version >= 0 and view.version > self._version else None
         if changes is None:
             self._regroup_all(view)
         else:
             for name in {key[1] for kind, key in changes if kind in NODE_KINDS}:
                 self._regroup(view, name)
-        self._version, self._usage = view.version, view.usage
+        self._version, self._nodes, self._usage = view.version, view.nodes, view.usage
         return True
 
     def _regroup_all(self, view: ClusterView) -> None:
-        self._key_of, self._members = {}, {}
+        """Built aside and swapped in: a failure halfway leaves the previous grouping, and its
+        version, to be moved along or rebuilt by the next call."""
+        key_of: dict[str, GroupKey] = {}
+        members: dict[GroupKey, set[str]] = {}
         usage = view.usage
         for name, node in view.nodes.items():
             used = usage.get(name)
             if used is not None:
-                key = self._key_of[name] = (node.model, id(used))
-                self._members.setdefault(key, set()).add(name)
+                key = key_of[name] = (node.model, id(used))
+                members.setdefault(key, set()).add(name)
+        self._key_of, self._members = key_of, members
 
     def _regroup(self, view: ClusterView, name: str) -> None:
         old = self._key_of.pop(name, None)

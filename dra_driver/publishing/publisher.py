@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ from kubernetes import client, watch
 
 from dra_driver import metrics
 from dra_driver.publishing.api_features import FieldsDroppedError, dropped_fields, feature_fields
+from dra_driver.publishing.handover import PUBLISHER_ANNOTATION, Instance, newer_instance
 from kube.names import DRIVER_NAME
 from kube.resources import RESOURCE_SLICES
 from kube.units import quantity
@@ -30,6 +31,7 @@ class PublishResult:
     updated: int = 0
     deleted: int = 0
     generation: int = 0
+    yielded_to: Instance | None = None  # a newer instance publishes: nothing was written
 
     @property
     def writes(self) -> int:
@@ -65,10 +67,21 @@ def same_spec(desired: dict[str, Any], actual: dict[str, Any]) -> bool:
 
 
 class SlicePublisher:
-    def __init__(self, api: client.ApiClient, node_name: str) -> None:
+    """`instance` (when the plugin knows its pod) is written on every slice, and the publisher
+    leaves the slices alone while a newer instance that is `alive` has written them (handover)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        node_name: str,
+        instance: Instance | None = None,
+        alive: Callable[[str], bool] = lambda _: False,
+    ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.node_name = node_name
+        self.instance = instance
+        self.alive = alive
         self._node_uid: str | None = None
         self._served: frozenset[str] = frozenset()  # feature fields a dry run showed the server keeps
 
@@ -110,6 +123,10 @@ class SlicePublisher:
     def _reconcile(self, specs: list[dict[str, Any]]) -> PublishResult:
         actual = {obj["metadata"]["name"]: obj for obj in self.list_ours()}
         generation = max((obj["spec"]["pool"].get("generation", 0) for obj in actual.values()), default=0)
+        if self.instance is not None:
+            newer = newer_instance(self.instance, actual.values(), self.alive)
+            if newer is not None:
+                return PublishResult(generation=generation, yielded_to=newer)
         desired = {slice_name(self.node_name, i): spec for i, spec in enumerate(specs)}
         unchanged = set(actual) == set(desired) and all(
             same_spec(_with_generation(spec, generation), actual[name]["spec"]) for name, spec in desired.items()
@@ -126,6 +143,8 @@ class SlicePublisher:
                 "metadata": {"name": name, "labels": dict(MANAGED_BY), "ownerReferences": self._owner()},
                 "spec": _with_generation(spec, generation),
             }
+            if self.instance is not None:
+                body["metadata"]["annotations"] = {PUBLISHER_ANNOTATION: self.instance.stamp()}
             if name in actual:
                 body["metadata"]["resourceVersion"] = actual[name]["metadata"]["resourceVersion"]
             self._check_served(name, body, name in actual)

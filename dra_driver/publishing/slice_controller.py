@@ -15,11 +15,13 @@ from kubernetes import watch
 
 from dra_driver.node_devices import NodeDevices
 from dra_driver.publishing.api_features import FieldsDroppedError, describe, safe_config
+from dra_driver.publishing.handover import Instance
 from dra_driver.publishing.publisher import PublishResult, SlicePublisher
 from dra_driver.publishing.slices import pack_slices
 
 log = logging.getLogger(__name__)
 WATCH_TIMEOUT_S = 30
+YIELDED_RECHECK_S = 5.0  # while a newer instance publishes: how soon this one notices it is gone
 
 
 class SliceController:
@@ -37,6 +39,7 @@ class SliceController:
         self.resync_s = resync_s
         self.max_backoff_s = max_backoff_s
         self._wake = threading.Event()
+        self._yielded_to: Instance | None = None
 
     def trigger(self) -> None:
         """Publish now instead of at the next resync."""
@@ -61,6 +64,7 @@ class SliceController:
         snapshot = self.devices.discover()
         specs = pack_slices(snapshot.devices.values(), snapshot.counter_sets, self.publisher.node_name)
         result = self.publisher.reconcile(specs)
+        self._say_handover(result.yielded_to)
         if result.writes:
             log.info(
                 "published %d slice(s), generation %d (%d created, %d updated, %d deleted)",
@@ -72,13 +76,29 @@ class SliceController:
             )
         return result
 
+    def _say_handover(self, newer: Instance | None) -> None:
+        """Log when this instance starts or stops leaving the slices to a newer one."""
+        if newer is not None and newer != self._yielded_to:
+            log.info(
+                "node %s: a newer plugin instance (pod %s) publishes the slices; this one leaves them alone",
+                self.publisher.node_name,
+                newer.pod_uid,
+            )
+        elif newer is None and self._yielded_to is not None:
+            log.info(
+                "node %s: the newer plugin instance (pod %s) is gone; publishing the slices again",
+                self.publisher.node_name,
+                self._yielded_to.pod_uid,
+            )
+        self._yielded_to = newer
+
     def run(self, stop: threading.Event) -> None:
         backoff = 1.0
         while not stop.is_set():
             try:
-                self.sync_once()
+                result = self.sync_once()
                 backoff = 1.0
-                timeout = self.resync_s
+                timeout = self.resync_s if result.yielded_to is None else min(self.resync_s, YIELDED_RECHECK_S)
             except Exception as error:  # noqa: BLE001 - any failure is retried; the plugin keeps serving
                 log.warning("publishing ResourceSlices failed (retry in %.0fs): %s", backoff, error)
                 timeout = backoff
