@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
@@ -212,8 +212,13 @@ class Node:
         devices = self.devices.values()
         if not any(device.multi for device in devices):
             return len(devices)  # one allocation each
-        counts = [device.allocations for device in devices]
-        return None if None in counts else sum(c for c in counts if c is not None)
+        return total_allocations(device.allocations for device in devices)
+
+
+def total_allocations(counts: Iterable[int | None]) -> int | None:
+    """The sum of allocation bounds, None (unbounded) if any one is."""
+    listed = list(counts)
+    return None if None in listed else sum(c for c in listed if c is not None)
 
 
 def nodes_from(node_objects: list[dict[str, Any]], slices: list[dict[str, Any]], driver: str) -> dict[str, Node]:

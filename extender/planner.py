@@ -29,7 +29,7 @@ from extender.capacity import Matcher, members_fit, most_members
 from extender.demand import Demand
 from extender.gang import GangRef, Part
 from extender.hold_clock import hold_clock
-from extender.node_usage import Node, Usage
+from extender.node_usage import Node, Usage, total_allocations
 from extender.plan_memo import Incremental, PlanMemo, Record, Seen
 from extender.plan_model import ANYWHERE, Gang, HoldClock, Plan, PlanLimits
 
@@ -158,8 +158,7 @@ class _DomainMemo:
     @cached_property
     def allocations(self) -> int | None:
         """The most allocations all nodes' devices hold at once (None: unbounded)."""
-        counts = [node.allocations for node in self.nodes.values()]
-        return None if None in counts else sum(c for c in counts if c is not None)
+        return total_allocations(node.allocations for node in self.nodes.values())
 
 
 def _assign(
