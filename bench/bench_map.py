@@ -28,7 +28,7 @@ SIZES = (500, 5000)
 
 
 def measure(count: int) -> dict[str, Any]:
-    state, _ = listed(count)
+    state, _, _ = listed(count)
     started = time.monotonic()
     reading = reading_of(state, ExtenderConfig())
     read_s = time.monotonic() - started

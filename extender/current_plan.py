@@ -18,7 +18,7 @@ from extender.capacity import Matcher
 from extender.config import ExtenderConfig
 from extender.eligibility import PlacedPods
 from extender.gang import may_belong_to_gang
-from extender.gc_control import collector_paused, freeze_survivors
+from extender.gc_control import built_in_bulk
 from extender.lag import Unwatched, pod_key
 from extender.membership import GangSources, entries_of, gangs_of, placed_pods, work_out
 from extender.plan_model import Gang, Plan, PlanLimits
@@ -131,8 +131,11 @@ class CurrentPlan:
         gangs = last.gangs if last is not None and kind is not Kind.MEMBERS else None
         changed = None if change is None else change.nodes
         scratch = last is None
-        # A plan from scratch builds its members, fits and plans in bulk (see extender.gc_control).
-        with collector_paused() if scratch else contextlib.nullcontext():
+        # A plan from scratch (after the LIST, a restart) builds hundreds of thousands of objects
+        # (members, fits, plans) that later plans reuse: a full collection walking them stalled a
+        # call for ~270 ms at 5,000 nodes. They are acyclic (refcounting frees them), so they are
+        # built in bulk (see extender.gc_control).
+        with built_in_bulk() if scratch else contextlib.nullcontext():
             if gangs is None:
                 gangs = self.gangs(view, extra)
             # Room for every (node, gang) fit of one plan in the young half of the cache, so the next
@@ -150,12 +153,6 @@ class CurrentPlan:
                 memo=None if last is None else last.plan.memo,
                 changed=changed,
             )
-            if scratch:
-                # A plan from scratch (after the LIST, a restart) leaves hundreds of thousands of
-                # objects (members, fits, plans) that later plans reuse: a full collection walking
-                # them stalled a call for ~270 ms at 5,000 nodes. They are acyclic; refcounting frees
-                # them. Frozen before the collector resumes, whose first pass would walk them all.
-                freeze_survivors()
         if last is None or view.version >= last.version:
             self.snapshot = PlanSnapshot(view.version, inputs, result, gangs, Depends.of(view), time.monotonic())
             self._log_changes(result)

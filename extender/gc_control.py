@@ -9,7 +9,8 @@ are collected first: that walks only what is not frozen yet, never the frozen he
 
 While such objects are built in bulk (a LIST, node models after it, a plan from scratch), each
 automatic full collection walks all of them again: at 5,000 nodes that was 3.9 s of collections
-while loading the LIST and 1.1 s in the first plan. The collector is paused for those bursts.
+while loading the LIST and 1.1 s in the first plan. The collector is paused for those bursts, and
+what they built is frozen at their end without being walked (`built_in_bulk`).
 """
 
 from __future__ import annotations
@@ -56,3 +57,18 @@ def collector_paused() -> Iterator[None]:
             _paused -= 1
             if _paused == 0:
                 gc.enable()
+
+
+@contextlib.contextmanager
+def built_in_bulk() -> Iterator[None]:
+    """Around a block that builds long-lived, acyclic objects in bulk: the young garbage is
+    collected before it, the collector is paused during it, and what it leaves is frozen at its
+    end unwalked. Collecting after the block walked all it built: 2.0 s after the last LIST of
+    10,000 nodes. Only cycles that other threads make during the block are frozen with it: a
+    bounded amount once per block, where a freeze without any collection leaked on every call."""
+    freeze_survivors()
+    try:
+        with collector_paused():
+            yield
+    finally:
+        gc.freeze()

@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
-from extender.gc_control import collector_paused
+from extender.gc_control import built_in_bulk
 from extender.reservation import LABEL as PREEMPTION_LABEL
 from extender.state import NATIVE_KINDS, ClusterState
 from kube.resources import (
@@ -112,7 +112,9 @@ def _say_absent(kind: str, status: int) -> None:
 def list_kind(lister: Lister, state: ClusterState, kind: str) -> str:
     """Replace the state's `kind` with a fresh list; the resourceVersion to watch from."""
     body = lister(_preload_content=False).data  # read outside the pause: the API may be slow
-    with collector_paused():
+    # The listed objects live as long as the state: frozen, no collection walks them again (a full
+    # collection over them stalls a call for up to a second).
+    with built_in_bulk():
         listing = json.loads(body)
         state.replace(kind, listing.get("items") or [])
     return str(listing["metadata"].get("resourceVersion") or "")

@@ -20,9 +20,18 @@ from collections import defaultdict
 from typing import Any
 
 from extender.gang import JobSetShape, NativeGroup, may_belong_to_gang
-from extender.gc_control import collector_paused, freeze_survivors
+from extender.gc_control import built_in_bulk, freeze_survivors
 from extender.membership import GangSources, MemberIndex
-from extender.node_usage import Node, Usage, nodes_from, share_values, usage_from
+from extender.node_usage import (
+    Allocated,
+    Node,
+    Usage,
+    allocated_results,
+    nodes_from,
+    published_digest,
+    share_values,
+    usage_of,
+)
 from extender.reservation import Reservation, ReservationError, from_lease
 from extender.view import ClusterView
 from kube.pods import extended_claim_name, extended_resources
@@ -86,7 +95,9 @@ class ClusterState:
         self._nodes: dict[str, Node] = {}
         self._usage: dict[str, Usage] = {}
         self._slices_by_node: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
+        self._slice_digests: dict[Key, bytes] = {}  # `published_digest` of each slice, made as it arrived
         self._claims_by_node: dict[str, set[Key]] = defaultdict(set)
+        self._claim_results: dict[Key, tuple[Allocated, ...]] = {}  # allocated claims' `allocated_results`
         # Other drivers' pools of NUMA-placed devices (extender.node_usage `Node.partners`): their
         # claims, and the node each pool is on.
         self._claims_by_partner_pool: dict[tuple[str, str], set[Key]] = defaultdict(set)
@@ -164,10 +175,6 @@ class ClusterState:
             self._unjournaled_version += 1
             self._journal_versions.clear()
             self._journal_changes.clear()
-            if not self.missing():
-                # The listed objects live as long as the state: the cyclic collector need not walk
-                # them again (a full collection over them stalls a call for up to a second).
-                freeze_survivors()
 
     def absent(self, kind: str) -> bool:
         """The API does not serve optional `kind` (its CRD is not installed, its feature gate is
@@ -194,17 +201,6 @@ class ClusterState:
                 freeze_survivors()
                 self._since_freeze = 0
 
-    def _pools(self, claim: dict[str, Any]) -> tuple[set[str], set[tuple[str, str]]]:
-        """Our pools (node names) the claim's allocation names, and other drivers' (driver, pool)."""
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        ours, theirs = set(), set()
-        for result in allocation.get("devices", {}).get("results") or []:
-            if result.get("driver") == self.driver:
-                ours.add(result.get("pool", ""))
-            else:
-                theirs.add((result.get("driver", ""), result.get("pool", "")))
-        return ours, theirs
-
     def _forget(self, kind: str, key: Key) -> None:
         old = self.objects[kind].pop(key, None)
         if old is not None:
@@ -227,9 +223,10 @@ class ClusterState:
         if kind == "pods" and not _relevant_pod(obj):
             self._forget(kind, _key(obj))
             return
+        key = _key(obj)
         if kind == "resourceslices":
             share_values(obj)
-        key = _key(obj)
+            self._slice_digests[key] = published_digest(obj)
         old = self.objects[kind].get(key)
         self.objects[kind][key] = obj
         self._changed(kind, key)
@@ -257,11 +254,23 @@ class ClusterState:
                 self._slices_by_node[node][key] = obj
             else:
                 self._slices_by_node[node].pop(key, None)
+                if key not in self.objects[kind]:
+                    self._slice_digests.pop(key, None)
             self._dirty_nodes.add(node)
         elif kind == "preemptions":
             self._reservation_touched(key, obj, stored)
         elif kind == "resourceclaims":
-            ours, theirs = self._pools(obj)
+            # An object leaving (deleted, or replaced: its successor is touched next) takes along
+            # what was read of it when it arrived.
+            results = allocated_results(obj) if stored else self._claim_results.pop(key, ())
+            if stored and results:
+                self._claim_results[key] = results
+            ours, theirs = set(), set()
+            for driver, pool, _, _ in results:
+                if driver == self.driver:
+                    ours.add(pool)
+                else:
+                    theirs.add((driver, pool))
             for pool in ours:
                 if stored:
                     self._claims_by_node[pool].add(key)
@@ -318,9 +327,8 @@ class ClusterState:
         if not self._dirty_nodes and not self._dirty_usage:
             return
         if len(self._dirty_nodes) + len(self._dirty_usage) > self.BULK_NODES:
-            with collector_paused():
+            with built_in_bulk():
                 self._rebuild_dirty()
-                freeze_survivors()  # before the collector resumes: else its first pass walks them all
             return
         self._rebuild_dirty()
 
@@ -334,7 +342,7 @@ class ClusterState:
                     nodes[name] = usage[name] = None
                 continue
             slices = list(self._slices_by_node[name].values())
-            nodes.update(nodes_from([node_object], slices, self.driver))
+            nodes.update(nodes_from([node_object], slices, self.driver, lambda s: self._slice_digests[_key(s)]))
             self._partner_pools(name, slices)
             self._dirty_usage.add(name)
         self._dirty_nodes.clear()
@@ -354,8 +362,8 @@ class ClusterState:
             keys = self._claims_by_node[name]
             for partner_pool in self._node_partner_pools.get(name, ()):
                 keys = keys | self._claims_by_partner_pool.get(partner_pool, set())
-            claims = [self.objects["resourceclaims"][k] for k in keys if k in self.objects["resourceclaims"]]
-            claimed = usage_from(claims, {name: self._nodes[name]}, self.driver)[name]
+            allocated = [self._claim_results[k] for k in keys if k in self._claim_results]
+            claimed = usage_of(allocated, {name: self._nodes[name]}, self.driver)[name]
             rebuilt = self._canonical(self._kept(name, claimed))
             if self._usage.get(name) != rebuilt:  # an update that changes nothing keeps the object
                 self._usage[name] = usage[name] = rebuilt

@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from extender.gc_control import collector_paused, freeze_survivors
+from extender.gc_control import built_in_bulk, collector_paused, freeze_survivors
 
 
 def test_the_collector_is_paused_until_every_block_has_ended() -> None:
@@ -37,16 +37,36 @@ def test_an_error_in_the_block_still_resumes_the_collector() -> None:
     assert gc.isenabled()
 
 
-def test_garbage_cycles_are_collected_before_a_freeze() -> None:
-    class Cycle:
-        def __init__(self) -> None:
-            self.me = self
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
 
-    cycle = Cycle()
-    alive = weakref.ref(cycle)
-    del cycle  # garbage that only the cyclic collector can free
+
+def garbage_cycle() -> weakref.ref[Cycle]:
+    """Garbage that only the cyclic collector can free: a reference that dies with it."""
+    return weakref.ref(Cycle())
+
+
+def test_garbage_cycles_are_collected_before_a_freeze() -> None:
+    alive = garbage_cycle()
     try:
         freeze_survivors()
         assert alive() is None, "a garbage cycle was frozen for good"
+    finally:
+        gc.unfreeze()
+
+
+def test_a_bulk_build_collects_the_garbage_before_it_and_freezes_what_it_built() -> None:
+    alive = garbage_cycle()
+    gc.unfreeze()
+    try:
+        with built_in_bulk():
+            assert alive() is None, "garbage from before the block was frozen with it"
+            frozen_before = gc.get_freeze_count()
+            assert not gc.isenabled()
+            built = [[n] for n in range(10_000)]  # lists are tracked (dicts of plain values are not)
+        assert gc.isenabled()
+        # (less a few frozen objects freed meanwhile, such as frames)
+        assert gc.get_freeze_count() - frozen_before > len(built) - 50, "what the block built is frozen"
     finally:
         gc.unfreeze()

@@ -61,6 +61,33 @@ def test_a_claim_event_rebuilds_only_that_nodes_usage() -> None:
     assert state.view().usage["b"].devices == set(), "a deleted claim frees its devices"
 
 
+def test_a_claim_modified_out_of_its_allocation_and_back_frees_and_takes_its_devices() -> None:
+    """A claim's devices are read as it arrives: a MODIFIED event that drops the allocation (the
+    pod ended) frees them, one that allocates it elsewhere moves them."""
+    state = listed()
+    unallocated = copy.deepcopy(CLAIM_ON_A)
+    unallocated["status"] = {}
+    state.apply("MODIFIED", "resourceclaims", unallocated)
+    assert state.view().usage["a"].devices == set()
+    state.apply("MODIFIED", "resourceclaims", allocated_claim("c-a", "b", ["gpu-3"]))
+    assert state.view().usage["a"].devices == set() and state.view().usage["b"].devices == {"gpu-3"}
+    state.apply("DELETED", "resourceclaims", allocated_claim("c-a", "b", ["gpu-3"]))
+    assert state.view().usage["b"].devices == set()
+
+
+def test_a_nodes_model_follows_what_its_slices_publish() -> None:
+    """Node models come from digests made as each slice arrives: a slice that publishes something
+    else makes its node another model, and publishing the same again makes it its twin's."""
+    state = listed()
+    assert state.view().nodes["a"].model == state.view().nodes["b"].model, "one hardware model"
+    renamed = slice_of("a")
+    renamed["spec"]["devices"][0]["attributes"]["productName"] = {"string": "another GPU"}
+    state.apply("MODIFIED", "resourceslices", renamed)
+    assert state.view().nodes["a"].model != state.view().nodes["b"].model
+    state.apply("MODIFIED", "resourceslices", slice_of("a"))
+    assert state.view().nodes["a"].model == state.view().nodes["b"].model
+
+
 def test_a_node_event_rebuilds_only_that_node() -> None:
     state = listed()
     before = state.view()
