@@ -8,7 +8,9 @@ reports (which yield to the kubelet's calls) are all in the API, and how long af
 that was is a figure too: the next phase starts from a quiet node. A last phase has one caller
 alternate the 200 claims with 200 more whose opaque config the plugin refuses, so each good
 prepare runs while status reports and the refusals' Warning events are posted beside it. The
-figures also go to bench-results/prepare.json.
+plugin writes its CDI specs on tmpfs (/dev/shm, where there is one), as it does on a node
+(/var/run/cdi); its checkpoint and metadata files are on the disk. The figures also go to
+bench-results/prepare.json.
 """
 
 from __future__ import annotations
@@ -154,8 +156,20 @@ def _prepare_all(socket: Path, keys: list[tuple[str, str, str]], callers: int) -
     return timing, time.perf_counter() - start
 
 
+def _on_tmpfs(root: Path) -> Path | None:
+    """The CDI directory on tmpfs, where a node has it (/var/run): its writes are the runtime's to
+    read, not to survive a reboot. None (the directory stays under `root`) where there is none."""
+    shared_memory = Path("/dev/shm")  # noqa: S108 - a directory of our own is made in it (mkdtemp)
+    if not shared_memory.is_dir():
+        return None
+    directory = Path(tempfile.mkdtemp(prefix="nd-bench-cdi-", dir=shared_memory))
+    (root / "cdi").symlink_to(directory)
+    return directory
+
+
 def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
     root = Path(tempfile.mkdtemp(prefix="nd-bench-", dir="/tmp"))
+    cdi_on_tmpfs = _on_tmpfs(root)
     create_fake_node(api, NODE)
     client.CoreV1Api(api).create_namespace({"metadata": {"name": "bench-prepare"}})
     make_dev_tree(NodeDirs(root).dev, range(GPUS))
@@ -234,6 +248,8 @@ def run(api: client.ApiClient, kubeconfig: Path) -> Iterator[str]:
         process.terminate()
         process.wait(timeout=15)
         shutil.rmtree(root, ignore_errors=True)
+        if cdi_on_tmpfs is not None:
+            shutil.rmtree(cdi_on_tmpfs, ignore_errors=True)
         # Its slices go with the node (owned by it): later benchmarks start from no nodes of ours.
         client.CoreV1Api(api).delete_node(NODE)
         client.CoreV1Api(api).delete_namespace("bench-prepare")

@@ -42,9 +42,9 @@ from bench.timing import Timing, measure, report
 from extender.app import create_app
 from extender.config import ExtenderConfig
 from extender.decide import Decider
-from extender.gc_control import space_out_collections
 from extender.informer import list_kind
 from extender.state import ClusterState
+from gcutil.collector import space_out_collections
 from testkit import builders
 
 VERBS = ("filter", "prioritize")

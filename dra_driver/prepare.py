@@ -229,14 +229,21 @@ class ClaimPreparer:
         """Record PrepareStarted, write the metadata files and the spec, record PrepareCompleted:
         a crash between any two steps leaves a state that the start-up repair puts right. The fsyncs
         that the order allows to overlap do: the files' content with PrepareStarted (they appear
-        only once that is durable), their directory entries with PrepareCompleted (a completed
+        only once it is recorded), their directory entries with PrepareCompleted (a completed
         claim whose files were lost gets them back from the record). The answer goes out only
-        when both are durable."""
+        when both are durable.
+
+        PrepareStarted must be seen before the files appear, not survive a power loss on its own,
+        so its directory fsync is left to PrepareCompleted's: after this process is killed, the
+        checkpoint it renamed is the one read. A power loss before PrepareCompleted is durable
+        takes the specs with /var/run (tmpfs); the repair removes metadata files left without a
+        spec and a record, and keeps or removes a spec on a disk as the API says its claim is
+        allocated here or not."""
         started = ClaimRecord(
             ref.uid, ref.namespace, ref.name, ClaimState.PREPARE_STARTED, [a.__dict__ for a in answer], text, metadata
         )
         checkpoint, specs, metadata_files = self.stores.checkpoint, self.stores.specs, self.stores.metadata
-        recorded = checkpoint.submit(lambda records: records.__setitem__(ref.uid, started))
+        recorded = checkpoint.submit(lambda records: records.__setitem__(ref.uid, started), durable=False)
         files = {request: render(document) for request, document in metadata.items()}
         with specs.staged(ref.uid, text) as publish, metadata_files.staged(ref.uid, files) as publish_metadata:
             recorded.result()

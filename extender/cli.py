@@ -32,13 +32,13 @@ from extender.app import RequestLimits, create_app, create_probe_app
 from extender.cert_expiry import ExpiryWatch, api_warning_poster, pod_from_env
 from extender.config import ConfigError, load_config
 from extender.decide import Decider
-from extender.gc_control import space_out_collections
 from extender.health import Watchdog
 from extender.informer import DEFAULT_NAMESPACE, run_informer
 from extender.leader import LeaderLease
 from extender.preemptor import LEADER_LEASE, Preemption, identity
 from extender.state import ClusterState
 from extender.tls_reload import ReloadingTls, TlsFileError, TlsFiles
+from gcutil.collector import space_out_collections
 from kube.client import api_client
 
 log = logging.getLogger(__name__)

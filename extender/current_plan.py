@@ -18,13 +18,13 @@ from extender.capacity import Matcher
 from extender.config import ExtenderConfig
 from extender.eligibility import PlacedPods
 from extender.gang import may_belong_to_gang
-from extender.gc_control import built_in_bulk
 from extender.lag import Unwatched, pod_key
 from extender.membership import GangSources, entries_of, gangs_of, placed_pods, work_out
 from extender.plan_model import Gang, Plan, PlanLimits
 from extender.plan_snapshot import Depends, Kind, PlanInputs, PlanSnapshot, affinity_matters, classify
 from extender.planner import ClusterPlan, plan_cluster
 from extender.view import ClusterView
+from gcutil.collector import built_in_bulk
 
 plan_log = logging.getLogger("extender.plan")
 
@@ -134,7 +134,7 @@ class CurrentPlan:
         # A plan from scratch (after the LIST, a restart) builds hundreds of thousands of objects
         # (members, fits, plans) that later plans reuse: a full collection walking them stalled a
         # call for ~270 ms at 5,000 nodes. They are acyclic (refcounting frees them), so they are
-        # built in bulk (see extender.gc_control).
+        # built in bulk (see gcutil.collector).
         with built_in_bulk() if scratch else contextlib.nullcontext():
             if gangs is None:
                 gangs = self.gangs(view, extra)

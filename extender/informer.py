@@ -22,9 +22,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
-from extender.gc_control import built_in_bulk
 from extender.reservation import LABEL as PREEMPTION_LABEL
 from extender.state import NATIVE_KINDS, ClusterState
+from gcutil.collector import built_in_bulk
 from kube.resources import (
     COSCHEDULING_POD_GROUPS,
     DEVICE_CLASSES,

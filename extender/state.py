@@ -20,7 +20,6 @@ from collections import defaultdict
 from typing import Any
 
 from extender.gang import JobSetShape, NativeGroup, may_belong_to_gang
-from extender.gc_control import built_in_bulk, freeze_survivors
 from extender.membership import GangSources, MemberIndex
 from extender.node_usage import (
     Allocated,
@@ -34,6 +33,7 @@ from extender.node_usage import (
 )
 from extender.reservation import Reservation, ReservationError, from_lease
 from extender.view import ClusterView
+from gcutil.collector import built_in_bulk, freeze_survivors
 from kube.pods import extended_claim_name, extended_resources
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class ClusterState:
     # Between two scheduling calls a busy cluster delivers tens of events, a burst a few thousand; a
     # reader further behind than this checks everything (correct, only slower).
     JOURNAL_MAX = 8_192
-    # Node models rebuilt at once past which the collector is paused (see extender.gc_control).
+    # Node models rebuilt at once past which the collector is paused (see gcutil.collector).
     BULK_NODES = 256
     # Watch events between two freezes of the objects held (see `apply`).
     REFREEZE_EVENTS = 1_000
@@ -197,7 +197,7 @@ class ClusterState:
             if self._since_freeze >= self.REFREEZE_EVENTS and not self.missing():
                 # Objects from watch events live until replaced, like the listed ones: a full
                 # collection walking all of them stalled a call for up to 280 ms at 5,000 nodes.
-                # Only what arrived since the last freeze is collected, then frozen (extender.gc_control).
+                # Only what arrived since the last freeze is collected, then frozen (gcutil.collector).
                 freeze_survivors()
                 self._since_freeze = 0
 

@@ -44,11 +44,15 @@ def staged_write(path: Path, data: bytes, mode: int = 0o600) -> Iterator[Callabl
                 tmp.unlink()
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """After a crash `path` holds either the old or the new content, never a mix."""
+def atomic_write(path: Path, data: bytes, mode: int = 0o600, durable_name: bool = True) -> None:
+    """After a crash `path` holds either the old or the new content, never a mix. Without
+    `durable_name` the directory is not fsynced: every process sees the new content at once (and
+    after a crash of this one), but a power loss may bring back the old until the directory's next
+    fsync."""
     with staged_write(path, data, mode) as publish:
         publish()
-    fsync_directory(path.parent)
+    if durable_name:
+        fsync_directory(path.parent)
 
 
 def fsync_directory(directory: Path) -> None:

@@ -152,13 +152,13 @@ class Gate:
         self.writes = 0
         monkeypatch.setattr(checkpoint_module, "atomic_write", self.write)
 
-    def write(self, path: Path, data: bytes, mode: int) -> None:
+    def write(self, path: Path, data: bytes, mode: int, durable_name: bool = True) -> None:
         self.entered.set()
         assert self.open.wait(10), "the test never opened the gate"
         self.writes += 1
         if self.failure:
             raise self.failure
-        atomic_write(path, data, mode)
+        atomic_write(path, data, mode, durable_name)
 
 
 def test_concurrent_updates_are_each_durable_when_they_return_and_every_batch_is_a_whole_file(
@@ -168,8 +168,8 @@ def test_concurrent_updates_are_each_durable_when_they_return_and_every_batch_is
     checkpoint = Checkpoint(path, "boot-1")
     after_each_write: list[set[str]] = []
 
-    def checked_write(target: Path, data: bytes, mode: int) -> None:
-        atomic_write(target, data, mode)
+    def checked_write(target: Path, data: bytes, mode: int, durable_name: bool = True) -> None:
+        atomic_write(target, data, mode, durable_name)
         after_each_write.append(_durable_uids(target))
 
     monkeypatch.setattr(checkpoint_module, "atomic_write", checked_write)
@@ -291,3 +291,14 @@ def test_callers_wait_while_the_queue_is_full(tmp_path: Path, monkeypatch: pytes
     fourth.join(10)
     assert not fourth.is_alive() and all(future.result(10) is None for future in futures)
     assert set(checkpoint.read()) == {"u0", "u1", "u2", "u3"}
+
+
+def test_only_a_durable_change_waits_for_the_directory_fsync(tmp_path: Path, synced_directories: list[Path]) -> None:
+    """A change submitted as not durable is in the file every process reads when it returns (a
+    crash of this process keeps it); its directory entry is made durable by the next durable write."""
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json", "boot-1")
+    checkpoint.submit(adding("u0"), durable=False).result(10)
+    assert synced_directories == [] and _durable_uids(tmp_path / "checkpoint.json") == {"u0"}
+    assert set(Checkpoint(tmp_path / "checkpoint.json", "boot-1").read()) == {"u0"}, "another reader sees it"
+    checkpoint.update(adding("u1"))
+    assert synced_directories == [tmp_path] and _durable_uids(tmp_path / "checkpoint.json") == {"u0", "u1"}
