@@ -9,7 +9,8 @@ Each apply costs the API server a server-side apply and an etcd write, and the p
 applied in bursts beside the kubelet's calls, they doubled the slowest prepares (p99 31 -> 15 ms
 without them, `python -m bench prepare`). So reports yield: a claim's latest report waits until no
 kubelet call has run for `Deferral.quiet_s`, or, while calls keep coming, until it has waited
-`Deferral.most_s` (then they go out as their claims came, spread like the calls were)."""
+`Deferral.most_s` (then they go out as their claims came, one every `Deferral.forced_every_s` at
+most)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from typing import Any
 from kubernetes import client
 from urllib3.exceptions import HTTPError
 
-from dra_driver.background import DEFERRAL, Deferral
+from dra_driver.background import DEFERRAL, Deferral, Turns
 from dra_driver.cdi_edits import ClaimDevice, limits
 from dra_driver.claim import ClaimRef
 from dra_driver.publishing.published import DeviceKind
@@ -114,8 +115,8 @@ class DeviceStatusReports:
     ) -> None:
         self.apply = apply
         self.node_name = node_name
-        self.idle_for = idle_for
         self.deferral = deferral
+        self.turns = Turns(idle_for, deferral, clock)
         self.clock = clock
         self._waiting: OrderedDict[str, tuple[Report, float]] = OrderedDict()  # claim UID -> (report, since)
         self._guard = threading.Lock()
@@ -149,7 +150,7 @@ class DeviceStatusReports:
             if not self._waiting:
                 return None, math.inf
             uid, (report, since) = next(iter(self._waiting.items()))
-            wait_s = self.deferral.wait_s(self.idle_for(), self.clock() - since)
+            wait_s = self.turns.wait_s(self.clock() - since)
             if not force and wait_s > 0:
                 return None, wait_s
             del self._waiting[uid]

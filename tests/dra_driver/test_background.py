@@ -3,13 +3,14 @@ everything queued in order, and Activity tells how long the kubelet has been qui
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 
 import pytest
 
-from dra_driver.background import MAX_QUEUED, Activity, BackgroundQueue, Deferral
+from dra_driver.background import MAX_QUEUED, Activity, BackgroundQueue, Deferral, Turns
 
 
 def test_a_full_queue_drops_without_blocking_and_names_what_was_dropped(caplog: pytest.LogCaptureFixture) -> None:
@@ -112,3 +113,20 @@ def test_run_waits_while_the_kubelet_calls_and_goes_once_they_leave_room() -> No
     finally:
         stop.set()
         thread.join(5)
+
+
+def test_while_calls_keep_coming_overdue_items_go_one_per_forced_every_s_and_all_at_once_when_quiet() -> None:
+    """Items that have waited `most_s` beside a long burst of calls take turns `forced_every_s`
+    apart; once the calls pause for `quiet_s`, every item goes at once."""
+    now = [0.0]
+    idle = [0.0]  # calls keep coming
+    turns = Turns(lambda: idle[0], Deferral(quiet_s=0.05, most_s=2.0, forced_every_s=0.1), lambda: now[0])
+    assert turns.wait_s(waited=1.0) == pytest.approx(0.05), "not overdue yet: it waits for a pause"
+    went = []
+    for step in range(100):  # 1 s of a burst, every item overdue, asked every 10 ms
+        now[0] = step * 0.01
+        if turns.wait_s(waited=3.0) <= 0:
+            went.append(now[0])
+    assert len(went) == 10 and all(b - a >= 0.1 - 1e-9 for a, b in itertools.pairwise(went))
+    idle[0] = 0.05  # the burst has ended
+    assert all(turns.wait_s(waited=3.0) <= 0 for _ in range(20)), "a pause lets them all go"
