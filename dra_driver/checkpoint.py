@@ -136,7 +136,8 @@ class Checkpoint:
         self._writer_running = False
         # uid -> (record, its `"uid":{canonical JSON}` bytes) as last written: a record is immutable,
         # so they are made once, not on every commit (at 200 claims, making the texts each time cost
-        # 2.4 ms a commit, two per claim; joining and encoding them, 0.5 ms).
+        # 2.4 ms a commit, two per claim; joining, encoding and hashing the texts as one string,
+        # 1.17 ms, against 0.41 ms for the cached bytes hashed in parts).
         self._fragments: dict[str, tuple[ClaimRecord, bytes]] = {}
 
     @contextlib.contextmanager
