@@ -224,7 +224,7 @@ class Decider:
         if not self.gang(view, pod):
             held = self.plans.held_plan(view, time.time())[0]
             usage = held.held
-            differs = held.holders if held.memo is not None and held.memo.usage is view.usage else None
+            differs = held.holders if held.made_on(view.usage) else None
         last = self._answers.get(demand)
         if last is None or last.names != names:
             scores = self._first_scores(view, usage, differs, demand, names)

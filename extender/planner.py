@@ -43,6 +43,11 @@ class ClusterPlan:
     valid_until: float = math.inf  # the first moment a hold in it expires
     memo: PlanMemo | None = field(default=None, compare=False, repr=False)  # for the next plan_cluster
 
+    def made_on(self, usage: dict[str, Usage]) -> bool:
+        """Whether this plan was made on `usage` (the very mapping): then `held` differs from it only
+        on the nodes in `holders`."""
+        return self.memo is not None and self.memo.usage is usage
+
 
 class _BudgetSpentError(Exception):
     """A gang's planning went past its budget."""
