@@ -7,8 +7,8 @@ from extender.cel_eval import Selectors
 from extender.demand import Demand, Request
 from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED, gang_of
 from extender.node_usage import Node, Usage
-from extender.plan_model import Gang, Member, PlanLimits
-from extender.planner import ClusterPlan, plan_cluster
+from extender.plan_model import ANYWHERE, Gang, Member, PlanLimits
+from extender.planner import ClusterPlan, _DomainMemo, gang_domains, plan_cluster
 from testkit.builders import DRIVER, GPU, gang_labels, gpu_nodes, pod, racks
 
 EIGHT = Demand((Request((GPU,), 8),))
@@ -50,6 +50,20 @@ def test_bound_members_fix_the_domain() -> None:
     nodes = racks({"a": 3, "b": 4})
     result = plan(nodes, [gang("g", 3, 1.0, "rack", bound={"g-0": "a-0"})], full=("a-0",))
     assert result.plans["ns/gang:g"].slots == {"a-1": 1, "a-2": 1}, "rack b has more room, but the gang is in rack a"
+
+
+def test_a_partly_placed_gang_shares_the_domains_of_its_usable_nodes_narrowed_to_where_it_is() -> None:
+    """The domains of one usable-node set are worked out once per plan: a gang with a member bound
+    gets the very lists an unplaced gang gets (so their fits are shared too), narrowed to its rack,
+    as `gang_domains` alone gives them."""
+    nodes = racks({"a": 3, "b": 4})
+    placed, waiting = gang("p", 3, 1.0, "rack", bound={"p-0": "a-0"}), gang("w", 2, 2.0, "rack")
+    memo = _DomainMemo(nodes)
+    everywhere = memo.domains("rack", waiting)
+    narrowed = memo.domains("rack", placed)
+    assert narrowed == gang_domains(nodes, "rack", placed) == {"a": ["a-0", "a-1", "a-2"]}
+    assert narrowed["a"] is everywhere["a"]
+    assert set(everywhere) == {"a", "b"} and memo.domains(None, placed) == {ANYWHERE: sorted(nodes)}
 
 
 def test_an_expired_hold_waits_behind_others_until_its_members_change() -> None:
