@@ -32,7 +32,7 @@ class Deferral:
     forced_every_s: float = 0.05
     at_stop_s: float = 3.0  # of the pod's termination grace (30 s), before the process exits
 
-    def wait_s(self, idle: float, waited: float, since_forced: float = math.inf) -> float:
+    def wait_s(self, idle: float, waited: float, since_forced: float) -> float:
         """Seconds still to wait (<= 0: go), after `idle` seconds without a call, `waited` in line,
         and `since_forced` since the last item that went while calls kept coming."""
         if idle >= self.quiet_s:

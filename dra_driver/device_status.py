@@ -115,7 +115,6 @@ class DeviceStatusReports:
     ) -> None:
         self.apply = apply
         self.node_name = node_name
-        self.deferral = deferral
         self.turns = Turns(idle_for, deferral, clock)
         self.clock = clock
         self._waiting: OrderedDict[str, tuple[Report, float]] = OrderedDict()  # claim UID -> (report, since)
@@ -166,7 +165,7 @@ class DeviceStatusReports:
                 continue
             self._offered.wait(min(wait_s, 1.0))
             self._offered.clear()
-        self.drain(self.deferral.at_stop_s)
+        self.drain(self.turns.deferral.at_stop_s)
 
     def _report(self, report: Report) -> None:
         ref, entries = report

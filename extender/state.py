@@ -95,7 +95,7 @@ class ClusterState:
         self._nodes: dict[str, Node] = {}
         self._usage: dict[str, Usage] = {}
         self._slices_by_node: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
-        self._slice_digests: dict[Key, bytes] = {}  # `published_digest` of each slice, made as it arrived
+        self._slice_digests: dict[Key, bytes] = {}  # `published_digest` of each of our slices, made as it arrived
         self._claims_by_node: dict[str, set[Key]] = defaultdict(set)
         self._claim_results: dict[Key, tuple[Allocated, ...]] = {}  # allocated claims' `allocated_results`
         # Other drivers' pools of NUMA-placed devices (extender.node_usage `Node.partners`): their
@@ -226,7 +226,6 @@ class ClusterState:
         key = _key(obj)
         if kind == "resourceslices":
             share_values(obj)
-            self._slice_digests[key] = published_digest(obj)
         old = self.objects[kind].get(key)
         self.objects[kind][key] = obj
         self._changed(kind, key)
@@ -250,12 +249,15 @@ class ClusterState:
                 self._affinity_pods.discard(key)
         elif kind == "resourceslices":
             node = (obj.get("spec") or {}).get("nodeName") or ""
+            # An object leaving (deleted, or replaced: its successor is touched next) takes its
+            # digest along; only our slices make node models.
             if stored:
                 self._slices_by_node[node][key] = obj
+                if (obj.get("spec") or {}).get("driver") == self.driver:
+                    self._slice_digests[key] = published_digest(obj)
             else:
                 self._slices_by_node[node].pop(key, None)
-                if key not in self.objects[kind]:
-                    self._slice_digests.pop(key, None)
+                self._slice_digests.pop(key, None)
             self._dirty_nodes.add(node)
         elif kind == "preemptions":
             self._reservation_touched(key, obj, stored)
