@@ -30,9 +30,11 @@ API server the scheduler shares the two cores with. Figures go to bench-results/
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
+import urllib.request
 from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,14 +45,16 @@ from typing import Any
 from kubernetes import client
 
 from bench.busy_nodes import CLIENT, GPUS, RACK_SIZE, WORKERS, busy_cluster, scheduler, workload_namespace
+from bench.cpu_use import counted, counters, cpu_use
 from bench.timing import Timing, write_results
 from extender.config import RACK_LABEL
 from extender.gang import TOPOLOGY_REQUIRED
 from kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane
+from nativedra.cluster.controlplane import COMPONENTS
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 from testkit.bindings import Bindings
-from testkit.extender_harness import gang_pods
+from testkit.extender_harness import ExtenderCluster, gang_pods
 
 GANG_SIZE = 8  # members of GPUS each: a member takes a whole node
 GANG_WAIT_S = 120.0  # a gang that never completes (no room, or a deadlock) costs this much, no more
@@ -160,20 +164,87 @@ def _size(
     with busy_cluster(api, size.nodes, size.free_racks * RACK_SIZE, f"s{size.nodes}") as (rack_of, _):
         yield f"{size.nodes} nodes, {size.busy_nodes} of them busy ({size.busy_nodes / size.nodes:.0%} of the GPUs)"
         for mode in MODES:
-            with scheduler(plane, api, scratch / f"{size.nodes}-{mode}", None if mode == "without" else {}):
-                with workload_namespace(api, f"gangs-{mode}") as namespace:
+            with scheduler(plane, api, scratch / f"{size.nodes}-{mode}", None if mode == "without" else {}) as extender:
+                with workload_namespace(api, f"gangs-{mode}") as namespace, _spent(plane, extender) as spent:
                     gangs = figures["gangs"][mode] = _gangs(api, namespace, size.gangs, rack_of)
-                with workload_namespace(api, f"pods-{mode}") as namespace:
+                gangs["spent"] = spent
+                with workload_namespace(api, f"pods-{mode}") as namespace, _spent(plane, extender) as spent:
                     pods = figures["pods"][mode] = _pods(api, namespace, size.pods)
-                with workload_namespace(api, f"plain-{mode}") as namespace:
+                pods["spent"] = spent
+                with workload_namespace(api, f"plain-{mode}") as namespace, _spent(plane, extender) as spent:
                     plain = figures["plain_pods"][mode] = _pods(api, namespace, size.pods, gpus=False)
+                plain["spent"] = spent
             yield f"  {mode:<7} extender: {_describe_pods(pods)}; {_describe_gangs(gangs)}"
             yield f"  {mode:<7} extender: {_describe_pods(plain, 'pods without claims')}"
+            yield f"  {mode:<7} extender: per 1-GPU pod: {_describe_spent(pods)}"
     for workload, what in (("pods", "1-GPU pods"), ("plain_pods", "pods without claims (never sent to the extender)")):
         ratio = figures[workload]["with"]["pods_per_s"] / figures[workload]["without"]["pods_per_s"]
         figures[workload]["ratio"] = ratio
         yield f"  {size.pods} {what}: {ratio:.2f} x the scheduler alone"
     return figures
+
+
+@contextlib.contextmanager
+def _spent(plane: ControlPlane, extender: ExtenderCluster | None) -> Iterator[dict[str, Any]]:
+    """What one workload cost: CPU seconds of the plane's processes, of the extender's if any and of
+    this one (the clients and the watch); the scheduler's attempts by result; the extender's answers
+    by verb and path. Filled when the block ends."""
+    pids = {proc.name: proc.pid for proc in plane.supervisor.processes if proc.name in COMPONENTS}
+    reads = {"scheduler": lambda: _scheduler_counters(plane.scheduler_metrics())}
+    if extender is not None and extender.process is not None:
+        pids["extender"] = extender.process.pid
+        url = f"http://127.0.0.1:{extender.probe_port}/metrics"
+        reads["extender"] = lambda: _extender_counters(_text(url))
+    pids["bench"] = os.getpid()
+    figures: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        figures["cpu_s"] = stack.enter_context(cpu_use(pids))
+        for name, read in reads.items():
+            figures[name] = stack.enter_context(counted(read))
+        yield figures
+
+
+def _scheduler_counters(text: str) -> dict[str, float]:
+    """Attempts by result, and the seconds they and their scheduling algorithm took."""
+    attempts = "scheduler_schedule_attempts_total"
+    seconds = {
+        "attempt seconds": "scheduler_scheduling_attempt_duration_seconds_sum",
+        "algorithm seconds": "scheduler_scheduling_algorithm_duration_seconds_sum",
+    }
+    return {
+        **{f"attempts {result}": value for result, value in counters(text, attempts, ("result",)).items()},
+        **{key: sum(counters(text, name, ()).values()) for key, name in seconds.items()},
+    }
+
+
+def _extender_counters(text: str) -> dict[str, float]:
+    """Answers by verb and path, and the seconds spent answering by verb."""
+    answers = counters(text, "nativedra_extender_requests_total", ("verb", "path"))
+    seconds = counters(text, "nativedra_extender_request_seconds_sum", ("verb",))
+    return {**answers, **{f"{verb} seconds": value for verb, value in seconds.items()}}
+
+
+def _text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - the extender's http probe port
+        return str(response.read().decode())
+
+
+def _describe_spent(pods: dict[str, Any]) -> str:
+    """CPU milliseconds per pod, busiest process first; then per pod, what the counters grew by:
+    scheduling attempts and extender answers as counts, seconds as milliseconds."""
+    spent, count = pods["spent"], pods["pods"]
+    cpu = sorted(spent["cpu_s"].items(), key=lambda item: -item[1])
+    parts = ["CPU " + ", ".join(f"{name} {seconds * 1000 / count:.1f} ms" for name, seconds in cpu)]
+    for what in ("scheduler", "extender"):
+        if what in spent:
+            per_pod = (
+                f"{key.removesuffix(' seconds')} {value * 1000 / count:.1f} ms"
+                if key.endswith(" seconds")
+                else f"{key} {value / count:.2f}"
+                for key, value in sorted(spent[what].items())
+            )
+            parts.append(f"{what}: " + ", ".join(per_pod))
+    return "; ".join(parts)
 
 
 def _describe_pods(pods: dict[str, Any], what: str = "1-GPU pods") -> str:

@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 
 from extender.config import RACK_LABEL
-from kube.names import EXTENDER_MARKER, GPU_CLASS
+from kube.names import EXTENDER_MARKER, EXTENDER_MARKER_QUANTITY, GPU_CLASS
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.cluster.waits import unschedulable_message
 from nativedra.objects import apply_documents, claim_template, gpu_pod, request
@@ -217,7 +217,7 @@ def test_with_every_replica_down_only_gpu_and_gang_pods_wait(ext: ReplicatedExte
     waiting = ["gpu", *gang]
     _wait_told_the_extender_is_down(ext, ns, waiting)
     marker = core.read_namespaced_pod("gpu", ns).spec.containers[0].resources.limits or {}
-    assert marker.get(EXTENDER_MARKER) == "1", "the shipped policy marked the GPU pod"
+    assert marker.get(EXTENDER_MARKER) == EXTENDER_MARKER_QUANTITY, "the shipped policy marked the GPU pod"
     assert EXTENDER_MARKER not in (core.read_namespaced_pod("bare", ns).spec.containers[0].resources.limits or {})
     print(f"\nwith every extender replica down, bound after: {seconds}")
     assert all(value <= 5.0 for value in seconds.values()), seconds

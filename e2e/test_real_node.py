@@ -25,7 +25,7 @@ from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR
-from kube.names import DRIVER_NAME, EXTENDER_MARKER, GPU_NODE_LABEL, WHOLE_GPU_RESOURCE
+from kube.names import DRIVER_NAME, EXTENDER_MARKER, EXTENDER_MARKER_QUANTITY, GPU_NODE_LABEL, WHOLE_GPU_RESOURCE
 from kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
 from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender
@@ -420,7 +420,7 @@ def test_a_pod_carrying_the_extender_marker_is_admitted_by_the_real_kubelet(real
             "name": "c",
             "image": real_node.node.image,
             "command": ["sh", "-c", "sleep 3600"],
-            "resources": {"limits": {EXTENDER_MARKER: "1"}},
+            "resources": {"limits": {EXTENDER_MARKER: EXTENDER_MARKER_QUANTITY}},
         }
         pod = {"metadata": {"name": "marked"}, "spec": {"nodeName": NODE, "containers": [container]}}
         real_node.core.create_namespaced_pod(namespace, pod)
@@ -431,7 +431,8 @@ def test_a_pod_carrying_the_extender_marker_is_admitted_by_the_real_kubelet(real
             lambda: describe_pod(real_node.api, namespace, "marked"),
         )
         requests = real_node.core.read_namespaced_pod("marked", namespace).spec.containers[0].resources.requests
-        assert requests == {EXTENDER_MARKER: "1"}, "the API server defaulted the request to the limit"
+        defaulted = {EXTENDER_MARKER: EXTENDER_MARKER_QUANTITY}
+        assert requests == defaulted, "the API server defaulted the request to the limit"
 
 
 def test_a_pod_asking_gpus_in_its_limits_is_prepared_and_sees_exactly_them(real_node: Node) -> None:
@@ -556,7 +557,7 @@ def test_extender_pods_deleted_while_it_is_down_come_back_and_it_serves_again(
         assert seen["told"] < seen["gpu pod bound"]
         assert "replacement ready" in seen and seen["replacement ready"] <= seen["gpu pod bound"], seen
         limits = core.read_namespaced_pod(waiting, namespace).spec.containers[0].resources.limits or {}
-        assert limits.get(EXTENDER_MARKER) == "1", "the shipped policy marked the GPU pod"
+        assert limits.get(EXTENDER_MARKER) == EXTENDER_MARKER_QUANTITY, "the shipped policy marked the GPU pod"
         running = running_containers(real_node)
         for pod in replacements():
             assert pod.spec.node_name == NODE

@@ -11,8 +11,12 @@ GPU_NODE_LABEL = "nativedra.dev/gpu-node"
 """The plugin DaemonSet's nodeSelector: a node with this label set to "true" runs the plugin."""
 
 EXTENDER_MARKER = "nativedra.dev/extender"
-"""The extended resource that marks the pods the extender serves (manifests/base/extender-marker-policy.yaml
+"""The extended resource that marks the pods the extender serves (manifests/scheduler/extender-marker-policy.yaml
 adds it; the scheduler's managedResources list it): only those pods wait on the extender."""
+EXTENDER_MARKER_QUANTITY = "0"
+"""The marker's quantity. The scheduler sends a pod to the extender when it names a managed resource,
+whatever the amount; NodeResourcesFit skips a zero request before any per-node work. At 1 it checked
+the name on each of 5,000 nodes per pod (a regular expression, about 3.6 ms of CPU per pod)."""
 
 GPU_CLASS = DRIVER_NAME
 """The shipped DeviceClasses (manifests/base/deviceclasses.yaml): whole GPUs, ..."""

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from extender.gang import IDENTITY_LABELS, may_belong_to_gang
-from kube.names import CLASS_RESOURCES, EVERY_NODE_PROFILE, EXTENDER_MARKER
+from kube.names import CLASS_RESOURCES, EVERY_NODE_PROFILE, EXTENDER_MARKER, EXTENDER_MARKER_QUANTITY
 from kube.pods import CLASS_RESOURCE_PREFIX
 from nativedra.cluster.extender_wiring import ROUTING_POLICY_NAME
 from nativedra.cluster.scheduler_config import managed_resources
@@ -139,7 +139,8 @@ def test_the_marker_is_added_on_create_and_is_what_its_scheduler_manages_and_ign
     path, _ = POLICIES[wiring]
     spec = _policy(path)["spec"]
     assert spec["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
-    assert f'"{EXTENDER_MARKER}": "1"' in spec["mutations"][0]["applyConfiguration"]["expression"]
+    marker = f'"{EXTENDER_MARKER}": "{EXTENDER_MARKER_QUANTITY}"'
+    assert marker in spec["mutations"][0]["applyConfiguration"]["expression"]
     binding = next(d for d in _documents(path) if d["kind"] == "MutatingAdmissionPolicyBinding")
     assert binding["spec"]["policyName"] == _policy(path)["metadata"]["name"]
     assert binding["metadata"]["name"] == _policy(path)["metadata"]["name"], "withdrawn by one name"
@@ -194,7 +195,7 @@ def _with_marker(pod: dict[str, Any]) -> dict[str, Any]:
         return pod
     first, *others = pod["spec"]["containers"]
     resources = first.get("resources") or {}
-    limits = {**(resources.get("limits") or {}), EXTENDER_MARKER: "1"}
+    limits = {**(resources.get("limits") or {}), EXTENDER_MARKER: EXTENDER_MARKER_QUANTITY}
     marked = {**first, "resources": {**resources, "limits": limits}}
     return {**pod, "spec": {**pod["spec"], "containers": [marked, *others]}}
 
