@@ -190,7 +190,10 @@ def _spent(plane: ControlPlane, extender: ExtenderCluster | None) -> Iterator[di
     this one (the clients and the watch); the scheduler's attempts by result; the extender's answers
     by verb and path. Filled when the block ends."""
     pids = {proc.name: proc.pid for proc in plane.supervisor.processes if proc.name in COMPONENTS}
-    reads = {"scheduler": lambda: _scheduler_counters(plane.scheduler_metrics())}
+    reads = {
+        "apiserver": lambda: _apiserver_counters(plane.metrics("apiserver")),
+        "scheduler": lambda: _scheduler_counters(plane.metrics("scheduler")),
+    }
     if extender is not None and extender.process is not None:
         pids["extender"] = extender.process.pid
         url = f"http://127.0.0.1:{extender.probe_port}/metrics"
@@ -202,6 +205,16 @@ def _spent(plane: ControlPlane, extender: ExtenderCluster | None) -> Iterator[di
         for name, read in reads.items():
             figures[name] = stack.enter_context(counted(read))
         yield figures
+
+
+def _apiserver_counters(text: str) -> dict[str, float]:
+    """Writes by resource, and the seconds admission took (mutating and validating steps)."""
+    writes = counters(text, "apiserver_request_total", ("verb", "resource"))
+    seconds = counters(text, "apiserver_admission_step_admission_duration_seconds_sum", ("type",))
+    return {
+        **{key: value for key, value in writes.items() if key.split("/")[0] in ("POST", "PUT", "PATCH", "DELETE")},
+        **{f"admission {step} seconds": value for step, value in seconds.items()},
+    }
 
 
 def _scheduler_counters(text: str) -> dict[str, float]:
@@ -235,7 +248,7 @@ def _describe_spent(pods: dict[str, Any]) -> str:
     spent, count = pods["spent"], pods["pods"]
     cpu = sorted(spent["cpu_s"].items(), key=lambda item: -item[1])
     parts = ["CPU " + ", ".join(f"{name} {seconds * 1000 / count:.1f} ms" for name, seconds in cpu)]
-    for what in ("scheduler", "extender"):
+    for what in ("apiserver", "scheduler", "extender"):
         if what in spent:
             per_pod = (
                 f"{key.removesuffix(' seconds')} {value * 1000 / count:.1f} ms"

@@ -240,10 +240,10 @@ class ControlPlane:
     def stop(self) -> None:
         self.supervisor.stop()
 
-    def scheduler_metrics(self) -> str:
-        """The running scheduler's Prometheus metrics, read as the admin."""
+    def metrics(self, component: str) -> str:
+        """The Prometheus metrics of "apiserver" or "scheduler", read as the admin."""
         context = ssl.create_default_context(cafile=str(self.layout.certs.ca_cert))
-        request = urllib.request.Request(f"https://127.0.0.1:{self.layout.ports['scheduler']}/metrics")
+        request = urllib.request.Request(f"https://127.0.0.1:{self.layout.ports[component]}/metrics")
         request.add_header("Authorization", f"Bearer {self._credentials.tokens[ADMIN_USER]}")
         with urllib.request.urlopen(request, context=context, timeout=10) as response:
             return str(response.read().decode())
