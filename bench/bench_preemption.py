@@ -61,6 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.busy_cluster import CALL_TIMEOUT_S, Client
 from bench.busy_nodes import GPUS, RACK_SIZE, a100_inventory, busy_cluster, gpu_node, scheduler, workload_namespace
+from bench.cpu_use import growth
 from bench.timing import Timing, write_results
 from extender import preemption_plan
 from extender.capacity import Matcher
@@ -162,10 +163,6 @@ def _preemption_leases(api: client.ApiClient, namespace: str) -> list[str]:
     return [lease.metadata.name for lease in leases.items]
 
 
-def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    return {key: value - before.get(key, 0.0) for key, value in after.items() if value != before.get(key, 0.0)}
-
-
 # -- 1. the gang on the busy cluster --------------------------------------------------------------
 
 
@@ -233,7 +230,7 @@ def _gang(
         "baseline_racks": sorted({rack_of[node] for node in again.values()}),
         "preempting_events": told,
         "not_helpful_events": unhelped,
-        "metrics": _delta(_preemption_metrics(extender), metrics),
+        "metrics": growth(_preemption_metrics(extender), metrics),
     }
 
 
@@ -701,7 +698,7 @@ def _side_mode(
             side.remove_nodes()
         if extender:
             time.sleep(2)  # the preemption loop's next step observes the preemptors placed
-            figures["metrics"] = _delta(_preemption_metrics(extender), before)
+            figures["metrics"] = growth(_preemption_metrics(extender), before)
         return figures
 
 

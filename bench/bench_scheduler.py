@@ -187,8 +187,9 @@ def _size(
 @contextlib.contextmanager
 def _spent(plane: ControlPlane, extender: ExtenderCluster | None) -> Iterator[dict[str, Any]]:
     """What one workload cost: CPU seconds of the plane's processes, of the extender's if any and of
-    this one (the clients and the watch); the scheduler's attempts by result; the extender's answers
-    by verb and path. Filled when the block ends."""
+    this one (the clients and the watch); the API server's writes and admission time; the
+    scheduler's attempts and their time; the extender's answers and their time. Filled when the
+    block ends."""
     pids = {proc.name: proc.pid for proc in plane.supervisor.processes if proc.name in COMPONENTS}
     reads = {
         "apiserver": lambda: _apiserver_counters(plane.metrics("apiserver")),

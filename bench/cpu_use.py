@@ -49,12 +49,15 @@ def counters(text: str, name: str, labels: tuple[str, ...]) -> dict[str, float]:
     return totals
 
 
+def growth(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    """How much each counter of `after` grew since `before` (those that did not are left out)."""
+    return {key: value - before.get(key, 0.0) for key, value in after.items() if value != before.get(key, 0.0)}
+
+
 @contextlib.contextmanager
 def counted(read: Callable[[], dict[str, float]]) -> Iterator[dict[str, float]]:
     """A dictionary filled, when the block ends, with how much each of `read`'s counters grew."""
     before = read()
     grown: dict[str, float] = {}
     yield grown
-    for key, value in read().items():
-        if value != before.get(key, 0.0):
-            grown[key] = value - before.get(key, 0.0)
+    grown.update(growth(read(), before))
