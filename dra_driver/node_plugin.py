@@ -6,6 +6,7 @@ import logging
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from dra_driver.kubelet_paths import (
     dra_socket,
     registration_socket,
 )
+from dra_driver.live_instances import LiveInstances
 from dra_driver.metadata_store import MetadataStore
 from dra_driver.node_devices import NodeDevices
 from dra_driver.prepare import ClaimPreparer, LocalNode, Reporters
@@ -36,7 +38,7 @@ from dra_driver.publishing.handover import Instance, serving_kubelet
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slice_controller import SliceController
-from dra_driver.repair import reconcile
+from dra_driver.repair import reconcile, repair_when_alone
 from dra_driver.stores import Stores, spec_store
 from kube.bounded import bounded_client
 from kube.client import api_client
@@ -114,7 +116,10 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         Reporters(events.prepare_failed, statuses.prepared, statuses.unprepared),
         activity,
     )
-    reconcile(preparer)
+    instances = LiveInstances(settings.data_dir, settings.pod_uid or str(uuid.uuid4()))
+    instances.join()
+    if reconcile(preparer, instances.others)["deferred_for"]:
+        _thread("repair", lambda until: repair_when_alone(preparer, instances.others, until), stop)
     servers = KubeletServers(
         preparer,
         HealthServicer(settings.node_name, devices.health, devices.changed),
@@ -131,6 +136,7 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     log.info("node plugin for %s running (backend %s)", settings.node_name, settings.backend.name)
     stop.wait()
     servers.stop()
+    instances.leave()
     controller.trigger()
     publishing.join(timeout=5)
     reporting.join(timeout=5)  # it applies the reports still waiting first

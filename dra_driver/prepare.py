@@ -9,6 +9,7 @@ claims run in parallel.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -114,6 +115,10 @@ class ClaimPreparer:
         self.activity = activity or Activity()  # the kubelet's calls, which background work yields to
         self.host = HostDevices(node.dev_root)
         self._locks = ClaimLocks()
+
+    def paused(self) -> contextlib.AbstractContextManager[None]:
+        """No prepare or unprepare runs while held (the kubelet's calls wait)."""
+        return self._locks.paused()
 
     # -- prepare ------------------------------------------------------------------------------
 

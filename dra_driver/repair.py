@@ -2,12 +2,18 @@
 again before the kubelet's first call. Completed claims get their files back, half-prepared ones
 are rolled back, a spec whose record was lost (corrupted checkpoint) gets its record rebuilt from
 the file and the API while its claim is allocated here, and only files of claims not allocated
-here are deleted: a spec without a record is deleted only if the API says so."""
+here are deleted: a spec without a record is deleted only if the API says so.
+
+That is only right while no other plugin process works on the node: during a rolling update the
+old pod still prepares claims as the new one starts. The repair waits until the other processes
+have gone (`dra_driver.live_instances`), then runs with this process's own claim work paused."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from dra_driver import metrics
@@ -19,18 +25,34 @@ from dra_driver.prepare import ClaimPreparer
 from dra_driver.stores import prepared_count
 
 log = logging.getLogger(__name__)
+RETRY_S = 5.0  # how often a deferred repair looks whether the other processes have gone
 
 
-def reconcile(preparer: ClaimPreparer) -> dict[str, list[str]]:
-    """Repair the state `preparer` works on; returns what was done, for logs and tests."""
+def _no_other_process() -> list[str]:
+    return []
+
+
+def reconcile(preparer: ClaimPreparer, others: Callable[[], list[str]] = _no_other_process) -> dict[str, list[str]]:
+    """Repair the state `preparer` works on, unless `others` names live plugin processes (asked
+    under the checkpoint's lock, which a process takes to decide before it serves); returns what
+    was done, for logs and tests, with `deferred_for` naming the processes that kept it from it."""
     stores = preparer.stores
-    done: dict[str, list[str]] = {"restored": [], "rolled_back": [], "rebuilt": [], "orphans_removed": []}
+    done: dict[str, list[str]] = {
+        "restored": [],
+        "rolled_back": [],
+        "rebuilt": [],
+        "orphans_removed": [],
+        "deferred_for": [],
+    }
     if stale := stores.specs.remove_stale_temporaries():
         log.info("start-up repair: removed temporary CDI spec files left by a crash: %s", stale)
     unrecorded = stores.specs.claim_uids() - set(stores.checkpoint.read())
     allocated = _allocated_here(preparer, unrecorded)  # the API is asked outside the checkpoint lock
 
     def repair(records: dict[str, ClaimRecord]) -> int:
+        if alive := others():
+            done["deferred_for"] = alive
+            return prepared_count(records)
         for uid, record in list(records.items()):
             if record.state is ClaimState.PREPARE_COMPLETED:
                 if stores.restore(record):
@@ -53,9 +75,22 @@ def reconcile(preparer: ClaimPreparer) -> dict[str, list[str]]:
         return prepared_count(records)
 
     metrics.PREPARED_CLAIMS.set(stores.checkpoint.update(repair))
-    if any(done.values()):
+    if done["deferred_for"]:
+        log.info("start-up repair deferred: plugin processes %s still work on this node", done["deferred_for"])
+    elif any(done.values()):
         log.info("start-up repair: %s", done)
     return done
+
+
+def repair_when_alone(preparer: ClaimPreparer, others: Callable[[], list[str]], stop: threading.Event) -> None:
+    """The deferred repair: once no other process is alive, with this one's claim work paused
+    (its half-done claims are not crash leftovers)."""
+    while not stop.wait(RETRY_S):
+        if others():
+            continue
+        with preparer.paused():
+            if not reconcile(preparer, others)["deferred_for"]:
+                return
 
 
 def _allocated_here(preparer: ClaimPreparer, uids: set[str]) -> dict[str, dict[str, Any]] | None:

@@ -47,3 +47,41 @@ def test_one_claim_is_serialised_and_another_is_not_blocked() -> None:
     waiter.join(5)
     assert order == ["first", "second"]
     assert len(locks) == 0
+
+
+def test_a_pause_waits_for_the_claims_in_flight_and_holds_back_new_ones() -> None:
+    locks = ClaimLocks()
+    inside, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def in_flight() -> None:
+        with locks.held("a"):
+            inside.set()
+            release.wait(5)
+            order.append("in flight ends")
+
+    def arrives_during_the_pause() -> None:
+        with locks.held("b"):
+            order.append("new claim")
+
+    def pause() -> None:
+        with locks.paused():
+            order.append("paused")
+            time.sleep(0.2)  # the new claim has arrived meanwhile and must still wait
+            order.append("pause ends")
+
+    holder = threading.Thread(target=in_flight)
+    holder.start()
+    assert inside.wait(5)
+    pauser = threading.Thread(target=pause)
+    pauser.start()
+    time.sleep(0.1)
+    newcomer = threading.Thread(target=arrives_during_the_pause)
+    newcomer.start()
+    time.sleep(0.05)
+    assert order == [], "the pause waits for claim a; claim b waits for the pause"
+    release.set()
+    for thread in (holder, pauser, newcomer):
+        thread.join(5)
+    assert order == ["in flight ends", "paused", "pause ends", "new claim"]
+    assert len(locks) == 0

@@ -120,7 +120,13 @@ def test_reconcile_restores_lost_metadata_rolls_back_half_prepared_and_removes_o
             publish()
 
     done = reconcile(node.preparer())
-    assert done == {"restored": [ref.uid], "rolled_back": [half], "rebuilt": [], "orphans_removed": [orphan]}
+    assert done == {
+        "restored": [ref.uid],
+        "rolled_back": [half],
+        "rebuilt": [],
+        "orphans_removed": [orphan],
+        "deferred_for": [],
+    }
     assert node.metadata.path_for(ref.uid, "gpus").read_text() == text
     assert node.metadata.claim_uids() == {ref.uid}
 

@@ -8,6 +8,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -17,12 +18,14 @@ from typing import Any
 import pytest
 
 from cdi.store import SpecStore
+from dra_driver import repair
 from dra_driver.checkpoint import ClaimRecord, ClaimState
 from dra_driver.claim import ClaimRef, ClaimSources, PreparedDevice
 from dra_driver.errors import PrepareError
+from dra_driver.live_instances import LiveInstances
 from dra_driver.metadata_store import MetadataStore
 from dra_driver.prepare import ClaimPreparer, Reporters
-from dra_driver.repair import reconcile
+from dra_driver.repair import reconcile, repair_when_alone
 from dra_driver.stores import Stores
 from kube.names import CDI_CLASS, CDI_KIND, CDI_VENDOR
 from tests.dra_driver.claims import Node, claim, new_claim
@@ -34,7 +37,7 @@ def test_reconcile_restores_the_lost_spec_of_a_prepared_claim(node: Node) -> Non
     text = node.specs.path_for(ref.uid).read_text()
     node.specs.remove(ref.uid)  # e.g. /var/run/cdi is a tmpfs and the node rebooted
     done = reconcile(node.preparer())
-    assert done == {"restored": [ref.uid], "rolled_back": [], "rebuilt": [], "orphans_removed": []}
+    assert done == {"restored": [ref.uid], "rolled_back": [], "rebuilt": [], "orphans_removed": [], "deferred_for": []}
     assert node.specs.path_for(ref.uid).read_text() == text
 
 
@@ -46,7 +49,13 @@ def test_reconcile_rolls_back_a_half_prepared_claim_and_removes_orphans(node: No
     node.specs.write_text(half, text)
     node.specs.write_text(orphan, text)
     done = reconcile(node.preparer())
-    assert done == {"restored": [], "rolled_back": [half], "rebuilt": [], "orphans_removed": [orphan]}
+    assert done == {
+        "restored": [],
+        "rolled_back": [half],
+        "rebuilt": [],
+        "orphans_removed": [orphan],
+        "deferred_for": [],
+    }
     assert node.specs.claim_uids() == set() and node.checkpoint().read() == {}
 
 
@@ -101,6 +110,62 @@ def test_reconcile_removes_temporary_spec_files_left_by_a_crash_but_not_young_on
     os.utime(old, (time.time() - 3600, time.time() - 3600))
     reconcile(node.preparer())
     assert not old.exists() and young.exists(), "a young one may be another instance's write in flight"
+
+
+class _StartsAnotherPlugin(MetadataStore):
+    """The old plugin of a rolling update: as it stages a claim's files, the new one starts."""
+
+    def __init__(self, node: Node, new_plugin: LiveInstances) -> None:
+        super().__init__(node.metadata_dir)
+        self.node, self.new_plugin = node, new_plugin
+        self.repairs: list[dict[str, list[str]]] = []
+
+    @contextlib.contextmanager
+    def staged(self, claim_uid: str, files: Mapping[str, str]) -> Iterator[Callable[[], None]]:
+        with super().staged(claim_uid, files) as publish:
+            self.new_plugin.join()
+            self.repairs.append(reconcile(self.node.preparer(), self.new_plugin.others))
+            yield publish
+
+
+def test_a_plugin_starting_beside_a_live_one_leaves_its_claim_in_flight_alone(node: Node) -> None:
+    old, new = (LiveInstances(node.metadata_dir, str(uuid.uuid4())) for _ in range(2))
+    old.join()
+    ref = new_claim(node)
+    metadata = _StartsAnotherPlugin(node, new)
+    answer = node.preparer(stores=Stores(node.checkpoint(), node.specs, metadata)).prepare(ref)
+
+    assert [r["deferred_for"] for r in metadata.repairs] == [[old.name]]
+    assert metadata.repairs[0]["rolled_back"] == metadata.repairs[0]["orphans_removed"] == []
+    assert node.failures == [] and len(answer) == 1
+    assert node.checkpoint().read()[ref.uid].state is ClaimState.PREPARE_COMPLETED
+    assert node.specs.claim_uids() == node.metadata.claim_uids() == {ref.uid}
+
+
+def test_the_deferred_repair_runs_once_the_other_plugin_has_gone(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(repair, "RETRY_S", 0.05)
+    old, new = (LiveInstances(node.metadata_dir, str(uuid.uuid4())) for _ in range(2))
+    old.join()
+    new.join()
+    half = str(uuid.uuid4())  # the old plugin's claim, half prepared when it was stopped
+    text = f"cdiVersion: 0.3.0\nkind: {CDI_KIND}\ndevices: []\n"
+    started = ClaimRecord(half, "ns", "half", ClaimState.PREPARE_STARTED, [], text)
+    node.checkpoint().update(lambda records: records.__setitem__(half, started))
+    node.specs.write_text(half, text)
+    preparer = node.preparer()
+    assert reconcile(preparer, new.others)["deferred_for"] == [old.name]
+    assert set(node.checkpoint().read()) == {half}
+
+    stop = threading.Event()
+    repairing = threading.Thread(target=repair_when_alone, args=(preparer, new.others, stop))
+    repairing.start()
+    time.sleep(0.2)
+    assert repairing.is_alive() and set(node.checkpoint().read()) == {half}, "no repair while the old one lives"
+    old.leave()
+    repairing.join(10)
+    stop.set()
+    assert not repairing.is_alive()
+    assert node.checkpoint().read() == {} and node.specs.claim_uids() == set()
 
 
 # A plugin killed (SIGKILL: the OOM killer, a node crash) between two steps of prepare, by a store
