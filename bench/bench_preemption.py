@@ -46,7 +46,6 @@ import socket
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -144,11 +143,8 @@ def _events(api: client.ApiClient, namespace: str, reason: str) -> list[client.C
 
 def _preemption_metrics(extender: ExtenderCluster) -> dict[str, float]:
     """The extender's preemption counters and the preemption-seconds sum and count, by sample."""
-    url = f"http://127.0.0.1:{extender.probe_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
     values = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(extender.metrics()):
         if family.name.startswith(PREEMPTION_METRICS):
             for sample in family.samples:
                 if "le" in sample.labels or sample.name.endswith("_created"):

@@ -34,7 +34,6 @@ import contextlib
 import os
 import tempfile
 import time
-import urllib.request
 from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -197,8 +196,7 @@ def _spent(plane: ControlPlane, extender: ExtenderCluster | None) -> Iterator[di
     }
     if extender is not None and extender.process is not None:
         pids["extender"] = extender.process.pid
-        url = f"http://127.0.0.1:{extender.probe_port}/metrics"
-        reads["extender"] = lambda: _extender_counters(_text(url))
+        reads["extender"] = lambda: _extender_counters(extender.metrics())
     pids["bench"] = os.getpid()
     figures: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
@@ -236,11 +234,6 @@ def _extender_counters(text: str) -> dict[str, float]:
     answers = counters(text, "nativedra_extender_requests_total", ("verb", "path"))
     seconds = counters(text, "nativedra_extender_request_seconds_sum", ("verb",))
     return {**answers, **{f"{verb} seconds": value for verb, value in seconds.items()}}
-
-
-def _text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - the extender's http probe port
-        return str(response.read().decode())
 
 
 def _describe_spent(pods: dict[str, Any]) -> str:

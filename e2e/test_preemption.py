@@ -6,7 +6,6 @@ plugin's builder; pods of real PriorityClasses."""
 from __future__ import annotations
 
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,9 +95,8 @@ def _gone(harness: ExtenderCluster, namespace: str, names: list[str]) -> list[st
 
 def _metric(harness: ExtenderCluster, sample: str) -> float:
     """A sample's value on the extender's /metrics (0 when absent)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{harness.probe_port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample + " ")]
+    lines = harness.metrics().splitlines()
+    values = [float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(sample + " ")]
     return values[0] if values else 0.0
 
 

@@ -88,6 +88,12 @@ class ExtenderCluster:
     def ready(self) -> bool:
         return http_ok(f"http://127.0.0.1:{self.probe_port}/readyz")
 
+    def metrics(self) -> str:
+        """The extender's Prometheus text, from its probe port."""
+        url = f"http://127.0.0.1:{self.probe_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return str(response.read().decode())
+
     def client_context(self) -> ssl.SSLContext:
         """TLS as the scheduler speaks it: trusts the extender's CA, presents the client certificate."""
         context = ssl.create_default_context(cafile=str(self.tls.ca_cert))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import http.client
 import logging
 import random
 import shutil
@@ -242,11 +243,18 @@ class ControlPlane:
 
     def metrics(self, component: str) -> str:
         """The Prometheus metrics of "apiserver" or "scheduler", read as the admin."""
-        context = ssl.create_default_context(cafile=str(self.layout.certs.ca_cert))
-        request = urllib.request.Request(f"https://127.0.0.1:{self.layout.ports[component]}/metrics")
-        request.add_header("Authorization", f"Bearer {self._credentials.tokens[ADMIN_USER]}")
-        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        url = f"https://127.0.0.1:{self.layout.ports[component]}/metrics"
+        with self._get(url, self._credentials.tokens[ADMIN_USER], timeout_s=10) as response:
             return str(response.read().decode())
+
+    def _get(self, url: str, token: str | None, timeout_s: float) -> http.client.HTTPResponse:
+        """A GET of one of the plane's HTTPS endpoints, trusting its CA, with `token` if any."""
+        context = ssl.create_default_context(cafile=str(self.layout.certs.ca_cert))
+        request = urllib.request.Request(url)
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        response: http.client.HTTPResponse = urllib.request.urlopen(request, context=context, timeout=timeout_s)
+        return response
 
     def spawn(self, name: str, exe: Path, args: list[str]) -> RecordedProcess:
         """Start a process that belongs to this cluster: recorded, logged, and stopped with it."""
@@ -264,10 +272,6 @@ class ControlPlane:
         self._wait_ready("kube-scheduler", f"https://127.0.0.1:{self.layout.ports['scheduler']}/healthz")
 
     def _wait_ready(self, name: str, url: str, token: str | None = None) -> None:
-        context = ssl.create_default_context(cafile=str(self.layout.certs.ca_cert))
-        request = urllib.request.Request(url)
-        if token:
-            request.add_header("Authorization", f"Bearer {token}")
         deadline = time.monotonic() + READY_TIMEOUT_S
         last_error = ""
         proc = self.supervisor.named(name)
@@ -279,7 +283,7 @@ class ControlPlane:
                     error = PortTakenError if "address already in use" in last_lines else ControlPlaneError
                     raise error(f"{each.name} exited during start-up; last log lines:\n{last_lines}")
             try:
-                with urllib.request.urlopen(request, context=context, timeout=5) as response:
+                with self._get(url, token, timeout_s=5) as response:
                     if response.status == 200:
                         return
             except (urllib.error.URLError, OSError) as error:
