@@ -116,7 +116,8 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         Reporters(events.prepare_failed, statuses.prepared, statuses.unprepared),
         activity,
     )
-    instances = LiveInstances(settings.data_dir, settings.pod_uid or str(uuid.uuid4()))
+    own_socket = dra_socket(settings.plugin_dir, settings.pod_uid)
+    instances = LiveInstances(settings.data_dir, settings.pod_uid or str(uuid.uuid4()), own_socket)
     instances.join()
     if reconcile(preparer, instances.others)["deferred_for"]:
         _thread("repair", lambda until: repair_when_alone(preparer, instances.others, until), stop)
@@ -124,7 +125,7 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
         preparer,
         HealthServicer(settings.node_name, devices.health, devices.changed),
         registration_socket(settings.registry_dir, settings.pod_uid),
-        dra_socket(settings.plugin_dir, settings.pod_uid),
+        own_socket,
     )
     servers.start()
     publishing = _thread("slices", controller.run, stop)
@@ -136,7 +137,8 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     log.info("node plugin for %s running (backend %s)", settings.node_name, settings.backend.name)
     stop.wait()
     servers.stop()
-    instances.leave()
+    with preparer.paused():  # the server's grace may end before a call does: gone only once it has
+        instances.leave()
     controller.trigger()
     publishing.join(timeout=5)
     reporting.join(timeout=5)  # it applies the reports still waiting first

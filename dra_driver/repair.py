@@ -10,6 +10,7 @@ have gone (`dra_driver.live_instances`), then runs with this process's own claim
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -32,10 +33,15 @@ def _no_other_process() -> list[str]:
     return []
 
 
-def reconcile(preparer: ClaimPreparer, others: Callable[[], list[str]] = _no_other_process) -> dict[str, list[str]]:
+def reconcile(
+    preparer: ClaimPreparer,
+    others: Callable[[], list[str]] = _no_other_process,
+    hold: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
+) -> dict[str, list[str]]:
     """Repair the state `preparer` works on, unless `others` names live plugin processes (asked
-    under the checkpoint's lock, which a process takes to decide before it serves); returns what
-    was done, for logs and tests, with `deferred_for` naming the processes that kept it from it."""
+    under the checkpoint's lock, which a process takes to decide before it serves), with `hold`
+    held while files and records change (not while the API is asked); returns what was done, for
+    logs and tests, with `deferred_for` naming the processes that kept it from it."""
     stores = preparer.stores
     done: dict[str, list[str]] = {
         "restored": [],
@@ -74,7 +80,8 @@ def reconcile(preparer: ClaimPreparer, others: Callable[[], list[str]] = _no_oth
         done["orphans_removed"] = sorted(orphans)
         return prepared_count(records)
 
-    metrics.PREPARED_CLAIMS.set(stores.checkpoint.update(repair))
+    with hold():
+        metrics.PREPARED_CLAIMS.set(stores.checkpoint.update(repair))
     if done["deferred_for"]:
         log.info("start-up repair deferred: plugin processes %s still work on this node", done["deferred_for"])
     elif any(done.values()):
@@ -84,13 +91,13 @@ def reconcile(preparer: ClaimPreparer, others: Callable[[], list[str]] = _no_oth
 
 def repair_when_alone(preparer: ClaimPreparer, others: Callable[[], list[str]], stop: threading.Event) -> None:
     """The deferred repair: once no other process is alive, with this one's claim work paused
-    (its half-done claims are not crash leftovers)."""
+    (its half-done claims are not crash leftovers). A failure is logged and tried again."""
     while not stop.wait(RETRY_S):
-        if others():
-            continue
-        with preparer.paused():
-            if not reconcile(preparer, others)["deferred_for"]:
+        try:
+            if not others() and not reconcile(preparer, others, hold=preparer.paused)["deferred_for"]:
                 return
+        except Exception:  # the repair must not end for good on one failure
+            log.exception("deferred start-up repair failed; trying again in %.0f s", RETRY_S)
 
 
 def _allocated_here(preparer: ClaimPreparer, uids: set[str]) -> dict[str, dict[str, Any]] | None:

@@ -11,13 +11,13 @@ takes them back once it is gone.
 from __future__ import annotations
 
 import math
-import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dra_driver.kubelet_paths import registration_socket
+from dra_driver.live_instances import answers
 
 PUBLISHER_ANNOTATION = "nativedra.dev/publisher"
 
@@ -57,20 +57,13 @@ def newer_instance(me: Instance, slices: Iterable[dict[str, Any]], alive: Callab
 
 
 def serving_kubelet(registry_dir: Path, timeout_s: float = 1.0) -> Callable[[str], bool]:
-    """Whether the pod with a UID answers on its registration socket in the kubelet's registry: a
-    socket file a crashed process left behind refuses the connection."""
+    """Whether the pod with a UID answers on its registration socket in the kubelet's registry."""
 
     def alive(pod_uid: str) -> bool:
         try:
             path = registration_socket(registry_dir, pod_uid)
         except ValueError:  # not a UID: no such pod
             return False
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            probe.settimeout(timeout_s)
-            try:
-                probe.connect(str(path))
-            except OSError:
-                return False
-        return True
+        return answers(path, timeout_s)
 
     return alive

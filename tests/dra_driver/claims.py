@@ -14,6 +14,7 @@ from dra_driver.checkpoint import Checkpoint
 from dra_driver.claim import ClaimRef, ClaimSources
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.errors import PrepareError
+from dra_driver.live_instances import LiveInstances
 from dra_driver.metadata_store import MetadataStore
 from dra_driver.prepare import ClaimPreparer, LocalNode, Reporters
 from dra_driver.publishing.publish_config import PublishConfig
@@ -103,3 +104,9 @@ def new_claim(node: Node, name: str = "train", **kwargs: Any) -> ClaimRef:
     uid = str(uuid.uuid4())
     node.claims[name] = claim(uid, name=name, **kwargs)
     return ClaimRef("ns", uid, name)
+
+
+def plugin_instance(data_dir: Path, name: str | None = None) -> LiveInstances:
+    """A plugin process's place on the node in `data_dir` (not joined yet)."""
+    name = name or str(uuid.uuid4())
+    return LiveInstances(data_dir, name, data_dir / f"dra-{name}.sock")

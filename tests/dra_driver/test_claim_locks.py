@@ -75,7 +75,10 @@ def test_a_pause_waits_for_the_claims_in_flight_and_holds_back_new_ones() -> Non
     assert inside.wait(5)
     pauser = threading.Thread(target=pause)
     pauser.start()
-    time.sleep(0.1)
+    deadline = time.monotonic() + 5
+    while not locks._paused:  # the pause is asked for, waiting for claim a
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     newcomer = threading.Thread(target=arrives_during_the_pause)
     newcomer.start()
     time.sleep(0.05)

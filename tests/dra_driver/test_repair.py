@@ -29,6 +29,7 @@ from dra_driver.repair import reconcile, repair_when_alone
 from dra_driver.stores import Stores
 from kube.names import CDI_CLASS, CDI_KIND, CDI_VENDOR
 from tests.dra_driver.claims import Node, claim, new_claim
+from tests.dra_driver.claims import plugin_instance as instance
 
 
 def test_reconcile_restores_the_lost_spec_of_a_prepared_claim(node: Node) -> None:
@@ -129,7 +130,7 @@ class _StartsAnotherPlugin(MetadataStore):
 
 
 def test_a_plugin_starting_beside_a_live_one_leaves_its_claim_in_flight_alone(node: Node) -> None:
-    old, new = (LiveInstances(node.metadata_dir, str(uuid.uuid4())) for _ in range(2))
+    old, new = (instance(node.metadata_dir) for _ in range(2))
     old.join()
     ref = new_claim(node)
     metadata = _StartsAnotherPlugin(node, new)
@@ -144,7 +145,7 @@ def test_a_plugin_starting_beside_a_live_one_leaves_its_claim_in_flight_alone(no
 
 def test_the_deferred_repair_runs_once_the_other_plugin_has_gone(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(repair, "RETRY_S", 0.05)
-    old, new = (LiveInstances(node.metadata_dir, str(uuid.uuid4())) for _ in range(2))
+    old, new = (instance(node.metadata_dir) for _ in range(2))
     old.join()
     new.join()
     half = str(uuid.uuid4())  # the old plugin's claim, half prepared when it was stopped
@@ -166,6 +167,71 @@ def test_the_deferred_repair_runs_once_the_other_plugin_has_gone(node: Node, mon
     stop.set()
     assert not repairing.is_alive()
     assert node.checkpoint().read() == {} and node.specs.claim_uids() == set()
+
+
+class _HeldWhileStaged(MetadataStore):
+    """Holds a prepare with its files staged (PrepareStarted submitted) until `release` is set."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node.metadata_dir)
+        self.staging, self.release = threading.Event(), threading.Event()
+
+    @contextlib.contextmanager
+    def staged(self, claim_uid: str, files: Mapping[str, str]) -> Iterator[Callable[[], None]]:
+        with super().staged(claim_uid, files) as publish:
+            self.staging.set()
+            self.release.wait(10)
+            yield publish
+
+
+def test_the_deferred_repair_leaves_this_process_s_claim_in_flight_alone(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(repair, "RETRY_S", 0.05)
+    old, new = (instance(node.metadata_dir) for _ in range(2))
+    old.join()
+    new.join()
+    metadata = _HeldWhileStaged(node)
+    preparer = node.preparer(stores=Stores(node.checkpoint(), node.specs, metadata))
+    ref = new_claim(node)
+    answers: list[list[PreparedDevice]] = []
+    preparing = threading.Thread(target=lambda: answers.append(preparer.prepare(ref)))
+    preparing.start()
+    assert metadata.staging.wait(10)
+    old.leave()
+    stop = threading.Event()
+    repairing = threading.Thread(target=repair_when_alone, args=(preparer, new.others, stop))
+    repairing.start()
+    time.sleep(0.3)
+    assert repairing.is_alive(), "the repair waits for the claim in flight"
+    metadata.release.set()
+    preparing.join(10)
+    repairing.join(10)
+    stop.set()
+    assert not repairing.is_alive() and node.failures == [] and len(answers) == 1
+    assert node.checkpoint().read()[ref.uid].state is ClaimState.PREPARE_COMPLETED
+    assert node.specs.claim_uids() == node.metadata.claim_uids() == {ref.uid}
+
+
+def test_the_deferred_repair_tries_again_after_a_failure(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(repair, "RETRY_S", 0.05)
+    orphan = str(uuid.uuid4())
+    node.specs.write_text(orphan, f"cdiVersion: 0.3.0\nkind: {CDI_KIND}\ndevices: []\n")
+    failures: list[OSError] = []
+
+    def others() -> list[str]:
+        if not failures:
+            failures.append(OSError("the instances directory is not readable"))
+            raise failures[0]
+        return []
+
+    stop = threading.Event()
+    repairing = threading.Thread(target=repair_when_alone, args=(node.preparer(), others, stop))
+    repairing.start()
+    repairing.join(10)
+    stop.set()
+    assert not repairing.is_alive() and len(failures) == 1
+    assert node.specs.claim_uids() == set()
 
 
 # A plugin killed (SIGKILL: the OOM killer, a node crash) between two steps of prepare, by a store
