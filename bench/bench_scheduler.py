@@ -9,13 +9,15 @@ claim status as the scheduler's allocator would (devices, node selector, reserve
 costs one pod and one claim per node instead of a scheduling pass, and both modes start from exactly
 the same objects: no scheduler's choices decide what the measured one starts from.
 
-Each size runs two workloads, each in a fresh namespace that is deleted (and waited out) before the
-next, so every workload starts from the same busy state: first with the scheduler alone, then on
-the same nodes with the scheduler restarted to call a `nativedra extender` process over mutual TLS,
+Each size runs three workloads, each in a fresh namespace that is deleted (and waited out) before
+the next, so every workload starts from the same busy state: with the scheduler alone, and on the
+same nodes with the scheduler restarted to call a `nativedra extender` process over mutual TLS,
 wired as `testkit.extender_harness` wires it (which also sets percentageOfNodesToScore: 100; at these
 sizes the scheduler alone looks at every node anyway). The scheduler is restarted for both modes, so
 both start with fresh caches and queues, and both lift its client rate limit (CLIENT), as the
-benchmark plane lifts kube-controller-manager's (CONTROLLER_MANAGER_CLIENT).
+benchmark plane lifts kube-controller-manager's (CONTROLLER_MANAGER_CLIENT). The modes take turns
+over two rounds (ROUND_ORDERS); a ratio is of pods per second pooled over the rounds, and each
+round's ratio is given beside it.
 
 - gangs: gangs of 8 pods x 8 GPUs requiring one rack; per gang the seconds from its first pod's
   creation to its last member bound, how many complete within GANG_WAIT_S, how many end partly
@@ -34,7 +36,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,6 +61,11 @@ GANG_SIZE = 8  # members of GPUS each: a member takes a whole node
 GANG_WAIT_S = 120.0  # a gang that never completes (no room, or a deadlock) costs this much, no more
 PODS_WAIT_S = 300.0
 MODES = ("without", "with")
+# The modes take turns as without-with, then with-without: whatever drifts over a run (etcd's size,
+# the API server's caches, the machine's other load) weighs on both alike, not on the second. At
+# 5,000 nodes, single runs of one order gave 0.71-1.18 x for the same tree (README).
+ROUND_ORDERS = (("without", "with"), ("with", "without"))
+WORKLOADS = ("gangs", "pods", "plain_pods")
 # kube-controller-manager's client rate, lifted the same way for the whole benchmark plane: at its
 # default (20 requests/s) the controller making each pod's claim from its template (two writes per
 # pod) capped both modes at ~10 pods/s, so the ratio said nothing of the scheduler's and the
@@ -152,35 +159,71 @@ def _pods(api: client.ApiClient, namespace: str, count: int, gpus: bool = True) 
 def _size(
     plane: ControlPlane, api: client.ApiClient, scratch: Path, size: Size
 ) -> Generator[str, None, dict[str, Any]]:
-    """Both workloads in both modes on one busy cluster of `size`; its lines, then its figures."""
+    """Every workload in both modes, round after round, on one busy cluster of `size`; its lines,
+    then its figures (per workload and mode, one result per round)."""
     figures: dict[str, Any] = {
         "nodes": size.nodes,
         "busy_gpu_fraction": size.busy_nodes / size.nodes,
-        "gangs": {},
-        "pods": {},
-        "plain_pods": {},
+        **{workload: {mode: [] for mode in MODES} for workload in WORKLOADS},
     }
     with busy_cluster(api, size.nodes, size.free_racks * RACK_SIZE, f"s{size.nodes}") as (rack_of, _):
         yield f"{size.nodes} nodes, {size.busy_nodes} of them busy ({size.busy_nodes / size.nodes:.0%} of the GPUs)"
-        for mode in MODES:
-            with scheduler(plane, api, scratch / f"{size.nodes}-{mode}", None if mode == "without" else {}) as extender:
-                with workload_namespace(api, f"gangs-{mode}") as namespace, _spent(plane, extender) as spent:
-                    gangs = figures["gangs"][mode] = _gangs(api, namespace, size.gangs, rack_of)
-                gangs["spent"] = spent
-                with workload_namespace(api, f"pods-{mode}") as namespace, _spent(plane, extender) as spent:
-                    pods = figures["pods"][mode] = _pods(api, namespace, size.pods)
-                pods["spent"] = spent
-                with workload_namespace(api, f"plain-{mode}") as namespace, _spent(plane, extender) as spent:
-                    plain = figures["plain_pods"][mode] = _pods(api, namespace, size.pods, gpus=False)
-                plain["spent"] = spent
-            yield f"  {mode:<7} extender: {_describe_pods(pods)}; {_describe_gangs(gangs)}"
-            yield f"  {mode:<7} extender: {_describe_pods(plain, 'pods without claims')}"
-            yield f"  {mode:<7} extender: per 1-GPU pod: {_describe_spent(pods)}"
+        for round_index, order in enumerate(ROUND_ORDERS, start=1):
+            for mode in order:
+                config: dict[str, Any] | None = None if mode == "without" else {}
+                with scheduler(plane, api, scratch / f"{size.nodes}-{mode}-{round_index}", config) as extender:
+                    results = {
+                        workload: _measured(plane, api, extender, f"{workload.replace('_', '-')}-{mode}", workload_run)
+                        for workload, workload_run in _workloads(api, size, rack_of).items()
+                    }
+                for workload, result in results.items():
+                    figures[workload][mode].append(result)
+                pods, plain, gangs = results["pods"], results["plain_pods"], results["gangs"]
+                yield f"  round {round_index}, {mode:<7} extender: {_describe_pods(pods)}; {_describe_gangs(gangs)}"
+                yield f"  round {round_index}, {mode:<7} extender: {_describe_pods(plain, 'pods without claims')}"
+                yield f"  round {round_index}, {mode:<7} extender: per 1-GPU pod: {_describe_spent(pods)}"
     for workload, what in (("pods", "1-GPU pods"), ("plain_pods", "pods without claims (never sent to the extender)")):
-        ratio = figures[workload]["with"]["pods_per_s"] / figures[workload]["without"]["pods_per_s"]
-        figures[workload]["ratio"] = ratio
-        yield f"  {size.pods} {what}: {ratio:.2f} x the scheduler alone"
+        runs = figures[workload]
+        rates = {mode: _pooled_rate(runs[mode]) for mode in MODES}
+        runs["ratio"] = rates["with"] / rates["without"]
+        runs["round_ratios"] = [
+            w["pods_per_s"] / wo["pods_per_s"] for wo, w in zip(runs["without"], runs["with"], strict=True)
+        ]
+        each = ", ".join(f"{ratio:.2f}" for ratio in runs["round_ratios"])
+        yield f"  {size.pods} {what}: {runs['ratio']:.2f} x the scheduler alone (round by round: {each})"
     return figures
+
+
+def _workloads(
+    api: client.ApiClient, size: Size, rack_of: dict[str, str]
+) -> dict[str, Callable[[str], dict[str, Any]]]:
+    """Each workload, run in the namespace it is given."""
+    return {
+        "gangs": lambda namespace: _gangs(api, namespace, size.gangs, rack_of),
+        "pods": lambda namespace: _pods(api, namespace, size.pods),
+        "plain_pods": lambda namespace: _pods(api, namespace, size.pods, gpus=False),
+    }
+
+
+def _measured(
+    plane: ControlPlane,
+    api: client.ApiClient,
+    extender: ExtenderCluster | None,
+    prefix: str,
+    workload: Callable[[str], dict[str, Any]],
+) -> dict[str, Any]:
+    """One workload's figures in a fresh namespace, with what it cost under `spent`."""
+    with workload_namespace(api, prefix) as namespace, _spent(plane, extender) as spent:
+        result = workload(namespace)
+    result["spent"] = spent
+    return result
+
+
+def _pooled_rate(runs: list[dict[str, Any]]) -> float:
+    """Pods bound per second over all rounds of one mode: every round weighs by its length."""
+    bound: int = sum(run["bound"] for run in runs)
+    seconds: float = sum(run["seconds"] for run in runs)
+    return bound / seconds
 
 
 @contextlib.contextmanager
