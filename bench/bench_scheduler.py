@@ -65,7 +65,6 @@ MODES = ("without", "with")
 # the API server's caches, the machine's other load) weighs on both alike, not on the second. At
 # 5,000 nodes, single runs of one order gave 0.71-1.18 x for the same tree (README).
 ROUND_ORDERS = (("without", "with"), ("with", "without"))
-WORKLOADS = ("gangs", "pods", "plain_pods")
 # kube-controller-manager's client rate, lifted the same way for the whole benchmark plane: at its
 # default (20 requests/s) the controller making each pod's claim from its template (two writes per
 # pod) capped both modes at ~10 pods/s, so the ratio said nothing of the scheduler's and the
@@ -164,9 +163,10 @@ def _size(
     figures: dict[str, Any] = {
         "nodes": size.nodes,
         "busy_gpu_fraction": size.busy_nodes / size.nodes,
-        **{workload: {mode: [] for mode in MODES} for workload in WORKLOADS},
     }
     with busy_cluster(api, size.nodes, size.free_racks * RACK_SIZE, f"s{size.nodes}") as (rack_of, _):
+        workloads = _workloads(api, size, rack_of)
+        figures.update({workload: {mode: [] for mode in MODES} for workload in workloads})
         yield f"{size.nodes} nodes, {size.busy_nodes} of them busy ({size.busy_nodes / size.nodes:.0%} of the GPUs)"
         for round_index, order in enumerate(ROUND_ORDERS, start=1):
             for mode in order:
@@ -174,7 +174,7 @@ def _size(
                 with scheduler(plane, api, scratch / f"{size.nodes}-{mode}-{round_index}", config) as extender:
                     results = {
                         workload: _measured(plane, api, extender, f"{workload.replace('_', '-')}-{mode}", workload_run)
-                        for workload, workload_run in _workloads(api, size, rack_of).items()
+                        for workload, workload_run in workloads.items()
                     }
                 for workload, result in results.items():
                     figures[workload][mode].append(result)
