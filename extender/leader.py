@@ -2,6 +2,13 @@
 election arranges it: a Lease names the holder, who renews it; another replica takes it over only
 after seeing it unchanged for a whole lease duration, timed on its own clock (never compared with
 another machine's), and every write carries the resourceVersion read, so two writers never both win.
+
+Leader election alone does not fence: a holder that stalls (a pause, CPU starvation, a slow API
+server) past the duration wakes up believing it still leads. So before each action on other
+people's objects the holder calls `fence`: a renewal carrying the resourceVersion of its own last
+write, which the API refuses once any other replica has written the Lease. A stall between a
+fence and the action it guards is caught by the clock: a fence older than FENCE_S (on the
+monotonic clock, which runs on while a process is stopped) is made again.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from kubernetes import client
 
 log = logging.getLogger(__name__)
 API_TIMEOUT_S = 5.0
+FENCE_S = 1.0  # a fence proves leadership this long (well inside a lease duration) on this clock
 CONFLICT, NOT_FOUND = 409, 404
 
 
@@ -43,6 +51,8 @@ class LeaderLease:
         self._seen: tuple[str, str] | None = None  # (holder, resourceVersion) last read
         self._seen_at = 0.0  # when it last changed, on our clock
         self._held_until = 0.0  # our clock: we hold it until then without asking
+        self._version: str | None = None  # resourceVersion of our own last write, while we lead
+        self._fenced_at: float | None = None  # when the last fence's write was sent, our clock
 
     def holding(self) -> bool:
         """Whether this replica leads now: renews (or takes) the Lease when due."""
@@ -55,8 +65,37 @@ class LeaderLease:
             log.warning("leader Lease %s/%s: %s %s", self.namespace, self.name, error.status, error.reason)
         except Exception as error:  # noqa: BLE001 - a dropped connection: not leading until it answers
             log.warning("leader Lease %s/%s: %s", self.namespace, self.name, error)
-        self._held_until = 0.0
+        self._lost()
         return False
+
+    def fence(self) -> bool:
+        """Whether this replica provably leads now: True only if a renewal guarded by the
+        resourceVersion of its own last write went through less than FENCE_S ago."""
+        started = self.clock()
+        if self._fenced_at is not None and started - self._fenced_at < FENCE_S:
+            return True
+        if self._version is None:
+            return False
+        stamp = _micro(dt.datetime.now(dt.UTC))
+        body = {
+            "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": self._version},
+            "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration_s, "renewTime": stamp},
+        }
+        try:
+            lease = self.leases.patch_namespaced_lease(self.name, self.namespace, body, _request_timeout=API_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - refused (another replica wrote) or not answered: not proven
+            log.warning("leader Lease %s/%s: renewal refused, not leading: %s", self.namespace, self.name, error)
+            self._lost()
+            return False
+        self._version = lease.metadata.resource_version
+        self._fenced_at = started
+        self._held_until = started + self.duration_s
+        return True
+
+    def _lost(self) -> None:
+        self._held_until = 0.0
+        self._version = None
+        self._fenced_at = None
 
     def _try(self, now: float) -> bool:
         try:
@@ -70,7 +109,7 @@ class LeaderLease:
         if seen != self._seen:
             self._seen, self._seen_at = seen, now
         if holder and holder != self.identity and now - self._seen_at < self.duration_s:
-            self._held_until = 0.0
+            self._lost()
             return False
         return self._write(lease, now)
 
@@ -86,17 +125,22 @@ class LeaderLease:
         try:
             if lease is None:
                 spec.update(acquireTime=stamp, leaseTransitions=0)
-                self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=API_TIMEOUT_S)
+                written = self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=API_TIMEOUT_S)
             else:
                 body["metadata"]["resourceVersion"] = lease.metadata.resource_version
                 if taking:
                     spec.update(acquireTime=stamp, leaseTransitions=(lease.spec.lease_transitions or 0) + 1)
-                self.leases.patch_namespaced_lease(self.name, self.namespace, body, _request_timeout=API_TIMEOUT_S)
+                written = self.leases.patch_namespaced_lease(
+                    self.name, self.namespace, body, _request_timeout=API_TIMEOUT_S
+                )
         except client.ApiException as error:
             if error.status == CONFLICT:
+                self._lost()
                 return False  # another replica wrote first
             raise
         if taking:
             log.info("leading preemption now (Lease %s/%s)", self.namespace, self.name)
         self._held_until = now + self.duration_s
+        self._version = written.metadata.resource_version
+        self._fenced_at = now
         return True

@@ -334,13 +334,18 @@ class Usage:
         counters = {s: dict(c) for s, c in self.counters.items()}
         _add_amounts(counters, other.counters)
         groups = {**other.groups, **self.groups}
+        for counter_set in self.groups.keys() & other.groups.keys():  # users of both must share a group
+            groups[counter_set] = self.groups[counter_set] & other.groups[counter_set]
         return Usage(self.devices | other.devices, shared, counters, groups, self.partners | other.partners)
 
     def minus(self, base: Usage) -> Usage:
-        """What this usage holds beyond `base` (which it contains): what placing pods added."""
+        """What this usage holds beyond `base` (which it contains): what placing pods added, with the
+        compatibility groups of the counter sets it draws on (devices kept for a MIG preemptor must
+        keep a fraction off their GPU)."""
         shared = _subtract_amounts(self.shared, base.shared)
         counters = _subtract_amounts(self.counters, base.counters)
-        return Usage(self.devices - base.devices, shared, counters, partners=self.partners - base.partners)
+        groups = {counter_set: g for counter_set, g in self.groups.items() if counter_set in counters}
+        return Usage(self.devices - base.devices, shared, counters, groups, self.partners - base.partners)
 
     def fingerprint(self) -> tuple[Any, ...]:
         """Equal for equal usages: the state keeps one object per value (see ClusterState)."""
@@ -396,12 +401,16 @@ Allocated = tuple[str, str, str, dict[str, Decimal] | None]
 
 def allocated_results(claim: dict[str, Any]) -> tuple[Allocated, ...]:
     """The devices the claim is allocated (none while it is not): what its usage is made of, read
-    once as the claim arrives (`ClusterState`), not from the claim at each rebuild."""
+    once as the claim arrives (`ClusterState`), not from the claim at each rebuild. An adminAccess
+    result uses nothing, as the scheduler counts it (`foreachAllocatedDevice`): evicting its pod
+    frees nothing, and it keeps nobody else off the device."""
     allocation = (claim.get("status") or {}).get("allocation")
     if not allocation:
         return ()
     found: list[Allocated] = []
     for result in allocation.get("devices", {}).get("results") or []:
+        if result.get("adminAccess") is True:
+            continue
         consumed = result.get("consumedCapacity")
         amounts = {k: quantity(v) for k, v in consumed.items()} if consumed else None
         found.append((result.get("driver", ""), result.get("pool", ""), result.get("device", ""), amounts))

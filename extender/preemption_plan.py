@@ -8,6 +8,12 @@ gang in one domain of its required level (anywhere without one), whole or not at
 exclusive parts (a JobSet's Jobs) each in a domain of its own. Victims are evicted whole: a running
 gang costs all its placed members. Pods already being deleted count as gone, so nothing more is
 evicted while they end, and devices kept for other preemptors stay theirs.
+
+Stricter than DefaultPreemption where an eviction could not be defended: no set that breaks a
+PodDisruptionBudget (the Eviction API would refuse part of it and split a gang), no Kueue-managed
+pod (Kueue owns their admission and preemption), and only nodes where the preemptor then passes
+the scheduler's taint, cordon and resource filters (extender.node_admission). Victims are recorded
+by UID with the devices they held (extender.reservation.Victim).
 """
 
 from __future__ import annotations
@@ -20,11 +26,21 @@ from typing import Any
 from extender.capacity import Matcher, count_members
 from extender.demand import Demand
 from extender.eligibility import eligible, selector_matches
+from extender.kueue import managed_by_kueue
 from extender.lag import pod_key, timestamp
-from extender.node_usage import Node, Usage, usage_from
+from extender.node_admission import (
+    NONE,
+    NodeAdmission,
+    Requests,
+    counts_on_node,
+    members_that_fit,
+    pod_requests,
+    refusal,
+)
+from extender.node_usage import Node, Usage, allocated_results, partner_name, usage_from
 from extender.plan_model import Gang
 from extender.planner import gang_domains
-from extender.reservation import Reservation, Reserved, lease_name
+from extender.reservation import Reservation, Reserved, Victim, lease_name
 from extender.victims import EXACT_FIT_TESTS, Cost, Unit, cheapest
 from extender.view import ClusterView
 
@@ -74,6 +90,8 @@ class Preemptor:
     level: str | None = None  # the topology level of the regions (None: single nodes, or anywhere)
     parts: tuple[tuple[int, str], ...] = ()  # exclusive parts: (members, level), each in a domain of its own
     own: frozenset[str] = frozenset()  # its pods, never its victims
+    requests: Requests = NONE  # what each member asks of a node's CPU, memory and pod slots (the most)
+    specs: tuple[dict[str, Any], ...] = ()  # the waiting pods' specs: their tolerations decide nodes
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,7 @@ class Decision:
     region: str
     reserved: dict[str, Reserved]
     exact: bool
+    identities: tuple[Victim, ...] = ()  # each evicted pod by UID, with the devices it held
 
     @property
     def evicted(self) -> tuple[str, ...]:
@@ -97,7 +116,7 @@ class Decision:
             preemptor.what,
             preemptor.priority,
             self.reserved,
-            self.evicted,
+            self.identities,
             now,
             now + hold_seconds,
         )
@@ -145,29 +164,50 @@ class Occupancy:
     claims_on: dict[str, dict[Key, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
     users: dict[Key, frozenset[str]] = field(default_factory=dict)  # claim -> pods it is reserved for
     placed: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # pod -> nodes of its claims
+    held: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # pod -> driver/pool/device
     gone: frozenset[str] = frozenset()  # pods being deleted or finished: their devices count as free
+    # Admission facts of the nodes and what every pod bound to each asks (the state's `node_room`);
+    # empty: not known, nodes are judged by devices alone.
+    admission: Mapping[str, NodeAdmission] = field(default_factory=dict)
+    requested: Mapping[str, Requests] = field(default_factory=dict)
     _usage: dict[tuple[str, frozenset[Key]], Usage] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, view: ClusterView, driver: str, kept: Mapping[str, Usage]) -> Occupancy:
-        occupancy = cls(view, driver, kept)
+    def of(
+        cls,
+        view: ClusterView,
+        driver: str,
+        kept: Mapping[str, Usage],
+        admission: Mapping[str, NodeAdmission] | None = None,
+        requested: Mapping[str, Requests] | None = None,
+    ) -> Occupancy:
+        occupancy = cls(view, driver, kept, admission=admission or {}, requested=requested or {})
+        # Other drivers' devices our planning counts (a NIC aligned by NUMA node): a claim using one
+        # holds its node too, so evicting its pod frees it.
+        partner_nodes = {d.name: node.name for node in view.nodes.values() for d in node.partners}
         for key, claim in view.claims.items():
-            allocation = (claim.get("status") or {}).get("allocation") or {}
-            pools = {
-                r.get("pool", "")
-                for r in allocation.get("devices", {}).get("results") or []
-                if r.get("driver") == driver
-            }
+            results = allocated_results(claim)
+            if not results:
+                continue
+            pools = set()
+            held = []
+            for result_driver, pool, device, _ in results:
+                node = pool if result_driver == driver else partner_nodes.get(partner_name(result_driver, pool, device))
+                if node is not None and node in view.nodes:
+                    pools.add(node)
+                    held.append(f"{result_driver}/{pool}/{device}")
             users = frozenset(
                 f"{key[0]}/{c.get('name')}"
                 for c in (claim.get("status") or {}).get("reservedFor") or []
                 if c.get("resource") == "pods"
             )
             occupancy.users[key] = users
-            for pool in pools & view.nodes.keys():
+            for pool in pools:
                 occupancy.claims_on[pool][key] = claim
                 for user in users:
                     occupancy.placed[user].add(pool)
+            for user in users:
+                occupancy.held[user].extend(held)
         occupancy.gone = frozenset(name_of(key) for key, pod in view.pods.items() if terminating(pod) or finished(pod))
         return occupancy
 
@@ -187,6 +227,38 @@ class Occupancy:
             self._usage[cache_key] = usage
         return usage
 
+    def admits(self, pod_specs: Iterable[dict[str, Any]], node: str) -> bool:
+        """Whether every spec passes the node's taints and cordon (evictions change neither)."""
+        admission = self.admission.get(node)
+        return admission is None or all(refusal(spec, node, admission) is None for spec in pod_specs)
+
+    def room(self, node: str, freed: Requests, each: Requests, need: int) -> int:
+        """How many members asking `each` the node has CPU, memory and pod slots for once pods
+        asking `freed` in all are gone."""
+        admission = self.admission.get(node)
+        if admission is None:
+            return need
+        return members_that_fit(admission, self.requested.get(node, NONE).minus(freed), each, need)
+
+    def freed(self, evicted: frozenset[str]) -> dict[str, Requests]:
+        """What the evicted pods ask of their nodes, by node: it is free once they are gone."""
+        by_node: dict[str, Requests] = {}
+        for name in evicted:
+            pod = self.view.pods.get(_key(name))
+            if pod is not None and counts_on_node(pod):
+                node = pod["spec"]["nodeName"]
+                by_node[node] = by_node.get(node, NONE).plus(pod_requests(pod))
+        return by_node
+
+    def victim(self, name: str) -> Victim:
+        pod = self.view.pods[_key(name)]
+        return Victim(name, str(pod["metadata"].get("uid") or ""), tuple(sorted(self.held.get(name, ()))))
+
+
+def _key(name: str) -> Key:
+    namespace, _, pod = name.partition("/")
+    return namespace, pod
+
 
 def budgets_of(pdbs: Iterable[dict[str, Any]]) -> list[Budget]:
     return [Budget.from_api(pdb) for pdb in pdbs]
@@ -196,7 +268,9 @@ def victim_units(
     occupancy: Occupancy, preemptor: Preemptor, budgets: Sequence[Budget], blocked: frozenset[str] = frozenset()
 ) -> list[Unit]:
     """The running pods of lower priority holding our devices, a gang's placed members as one unit.
-    A gang with any member at or above the preemptor's priority is no victim (not half of it)."""
+    A gang with any member at or above the preemptor's priority is no victim (not half of it), nor
+    is a unit with a Kueue-managed pod, or one its budgets do not allow to go whole (a pod under
+    two budgets the Eviction API refuses outright)."""
     view = occupancy.view
     by_gang: dict[str, list[dict[str, Any]]] = defaultdict(list)
     singles: list[dict[str, Any]] = []
@@ -211,17 +285,22 @@ def victim_units(
         else:
             singles.append(pod)
     groups = [(name_of(pod_key(pod)), [pod]) for pod in singles] + sorted(by_gang.items())
+    allowed = {budget.key: budget.allowed for budget in budgets}
     units = []
     for unit_key, pods in groups:
         names = tuple(sorted(name_of(pod_key(pod)) for pod in pods))
         priorities = tuple(priority_of(pod) for pod in pods)
-        if max(priorities) >= preemptor.priority or blocked & set(names):
+        if max(priorities) >= preemptor.priority or blocked & set(names) or any(map(managed_by_kueue, pods)):
             continue
         covered: dict[str, int] = defaultdict(int)
+        twice = False
         for pod in pods:
-            for budget in budgets:
-                if budget.covers(pod):
-                    covered[budget.key] += 1
+            covering = [budget.key for budget in budgets if budget.covers(pod)]
+            twice = twice or len(covering) > 1
+            for budget_key in covering:
+                covered[budget_key] += 1
+        if twice or any(count > allowed[budget_key] for budget_key, count in covered.items()):
+            continue
         started = min(_started(pod) for pod in pods)
         units.append(Unit(unit_key, names, priorities, started, tuple(sorted(covered.items()))))
     return units
@@ -257,14 +336,18 @@ class _RegionFit:
         """Members that fit per node; a node's count is worked out once per usage it can have
         (a set of units frees only its own nodes, so most tests find most nodes counted)."""
         evicted = self.evicted(chosen)
-        view, need = self.occupancy.view, self.preemptor.need
+        occupancy, preemptor = self.occupancy, self.preemptor
+        view, need = occupancy.view, preemptor.need
+        freed = occupancy.freed(evicted) if occupancy.admission else {}
         counts = {}
         for name in self.nodes:
-            usage = self.occupancy.usage(name, evicted)  # one object per usage the node can have
+            usage = occupancy.usage(name, evicted)  # one object per usage the node can have
             fits = self._counted.get((name, id(usage)))
             if fits is None:
-                fits, _ = count_members(view.nodes[name], usage, self.preemptor.demand, need, self.matcher)
+                fits, _ = count_members(view.nodes[name], usage, preemptor.demand, need, self.matcher)
                 self._counted[(name, id(usage))] = fits
+            if fits and occupancy.admission:
+                fits = occupancy.room(name, freed.get(name, NONE), preemptor.requests, fits)
             if fits:
                 counts[name] = fits
         return counts
@@ -336,27 +419,47 @@ def decide(
     allowed = {budget.key: budget.allowed for budget in budgets}
     best: Decision | None = None
     most_room = 0
+    budgets_refused = False
     # One search budget for the whole decision, so many domains (a gang's racks) stay cheap, and
     # each domain searched only for sets cheaper than the best found so far.
     tests = max(MIN_TESTS_PER_REGION, EXACT_FIT_TESTS // max(1, len(preemptor.regions)))
-    for region, nodes in sorted(preemptor.regions.items()):
+    for region, all_nodes in sorted(preemptor.regions.items()):
+        nodes = tuple(node for node in all_nodes if occupancy.admits(preemptor.specs, node))
         mine = _freeing(units, occupancy, nodes)
         region_units = [units[i] for i in mine]
         fit = _RegionFit(occupancy, preemptor, nodes, region_units, matcher)
-        choice = cheapest(region_units, allowed, fit, exact_tests=tests, bound=None if best is None else best.cost)
-        if choice is None:
+        if nodes and fit(frozenset()) is not None:
             pause()
+            return NoHelp(
+                preemptor,
+                f"{preemptor.what} fits in {region} without evicting anything: "
+                "what keeps it waiting is not devices, so no pod is preempted for it",
+                sum(len(unit.pods) for unit in units),
+            )
+        choice = cheapest(region_units, allowed, fit, exact_tests=tests, bound=None if best is None else best.cost)
+        pause()
+        if choice is not None and choice.cost.violations:
+            budgets_refused = True  # the least a set that makes room here breaks is a budget
+            continue
+        if choice is None:
             if best is None:  # (with a best found, None may only mean "not cheaper here")
                 most_room = max(most_room, fit.room(frozenset(range(len(region_units)))))
             continue
-        pause()
         if best is None or choice.cost < best.cost:
             victims = tuple(region_units[i] for i in sorted(choice.chosen))
-            reserved = _reserve(occupancy, preemptor, fit.evicted(choice.chosen), choice.placement, matcher)
-            best = Decision(preemptor, victims, choice.cost, region, reserved, choice.exact)
+            evicted = fit.evicted(choice.chosen)
+            reserved = _reserve(occupancy, preemptor, evicted, choice.placement, matcher)
+            identities = tuple(occupancy.victim(name) for name in sorted(evicted))
+            best = Decision(preemptor, victims, choice.cost, region, reserved, choice.exact, identities)
     if best is not None:
         return best
-    return NoHelp(preemptor, _why_not(preemptor, most_room), sum(len(unit.pods) for unit in units))
+    reason = _why_not(preemptor, most_room)
+    if budgets_refused:
+        reason = (
+            f"{preemptor.what}: every set of lower-priority pods whose eviction makes room would break a "
+            "PodDisruptionBudget, and nativedra evicts none of it rather than part"
+        )
+    return NoHelp(preemptor, reason, sum(len(unit.pods) for unit in units))
 
 
 def _freeing(units: Sequence[Unit], occupancy: Occupancy, nodes: tuple[str, ...]) -> list[int]:
@@ -403,7 +506,17 @@ def pod_preemptor(pod: dict[str, Any], demand: Demand, view: ClusterView) -> Pre
         for node in view.nodes.values()
         if node.devices and eligible(spec, node.name, node.labels)
     }
-    return Preemptor(name, f"pod {name}", priority_of(pod), demand, 1, regions, own=frozenset({name}))
+    return Preemptor(
+        name,
+        f"pod {name}",
+        priority_of(pod),
+        demand,
+        1,
+        regions,
+        own=frozenset({name}),
+        requests=pod_requests(pod),
+        specs=(spec,),
+    )
 
 
 def gang_preemptor(gang: Gang, view: ClusterView, priority: int) -> Preemptor:
@@ -415,5 +528,15 @@ def gang_preemptor(gang: Gang, view: ClusterView, priority: int) -> Preemptor:
     level = None if exclusive else ref.required_topology
     regions = {domain: tuple(names) for domain, names in gang_domains(view.nodes, level, gang).items()}
     own = frozenset(m.pod for m in gang.members)
+    waiting = [
+        pod
+        for member in gang.members
+        if (pod := view.pods.get(_key(member.pod))) is not None and not (pod.get("spec") or {}).get("nodeName")
+    ]
+    asks = [pod_requests(pod) for pod in waiting] or [NONE]
+    most = Requests(max(r.cpu for r in asks), max(r.memory for r in asks), 1)
+    specs = tuple(pod.get("spec") or {} for pod in waiting)
     what = f"gang {ref.key}"
-    return Preemptor(ref.key, what, priority, gang.demand(), gang.remaining, regions, level, exclusive, own)
+    return Preemptor(
+        ref.key, what, priority, gang.demand(), gang.remaining, regions, level, exclusive, own, most, specs
+    )

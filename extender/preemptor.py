@@ -2,14 +2,24 @@
 pods hold, records the decision (extender.reservation), evicts the victims through the Eviction
 API, and says so in events and metrics. The decision itself is extender.preemption_plan's.
 
+Every eviction can be defended:
+- Victims are pods by UID (the Lease records them): a pod recreated under a victim's name is
+  another pod and is never evicted for that decision; each eviction carries the UID as precondition.
+- Only the leader acts, and it proves it before each write (`LeaderLease.fence`): a replica that
+  stalled (a pause, CPU starvation, a slow API server) and lost the lead meanwhile finds its renewal
+  refused and drops its decision before evicting anything more.
+- Whole or nothing: every victim is evicted as a dry run first, so a decision a budget (or anything
+  else) refuses is dropped before the first pod goes; a refusal that comes later all the same
+  withdraws what is left, and the next decision leaves that pod out for a while.
+
 The Lease is written before the first eviction, so a replica that takes over mid-preemption finds
-it and evicts what is left, never more: pods already being deleted count as gone. A
-PodDisruptionBudget that refuses an eviction (429) withdraws the decision; the next one leaves that
-pod out for a while. The Lease goes once its preemptor is placed, gone, or has waited past the hold.
+it and evicts what is left, never more: pods already being deleted count as gone. The Lease goes
+once its preemptor is placed, gone, or has waited past the hold.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -45,7 +55,7 @@ from extender.preemption_plan import (
     unschedulable,
 )
 from extender.preemption_plan import decide as decide_preemption
-from extender.reservation import Reservation, lease_body
+from extender.reservation import Reservation, Victim, lease_body
 from extender.state import ClusterState
 from extender.view import ClusterView
 from kube.events import pod_event
@@ -61,7 +71,16 @@ JUDGE_AGAIN_S = 10.0  # a preemptor eviction would not help is judged again afte
 API_TIMEOUT_S = 10.0
 COURTESY_S = 0.002  # a decision lets requests run at least this often
 TOO_MANY_REQUESTS, NOT_FOUND, CONFLICT = 429, 404, 409
+DRY_RUN = "All"
 Key = tuple[str, str]
+
+
+class LeadLostError(Exception):
+    """This replica can no longer prove it leads: whatever it decided is dropped."""
+
+
+class EvictionRefusedError(Exception):
+    """The API refused an eviction; the pod is left out of decisions for a while."""
 
 
 def identity() -> str:
@@ -112,8 +131,14 @@ class Preemption:
                 continue
             try:
                 self.step()
+            except LeadLostError as error:
+                log.warning("no longer leading preemption, decision dropped: %s", error)
             except Exception:
                 log.exception("preemption step failed; trying again")
+
+    def _fence(self, before: str) -> None:
+        if not self.leader.fence():
+            raise LeadLostError(f"the leader Lease could not be renewed before {before}")
 
     def step(self) -> None:
         view = self.state.view()
@@ -127,7 +152,9 @@ class Preemption:
             return
         blocked = frozenset(pod for pod, until in self._blocked.items() if until > now)
         budgets = [Budget.from_api(pdb) for pdb in view.budgets.values()]
-        occupancy = Occupancy.of(view, self.decider.config.driver, kept_usage(view.reservations.values()))
+        admission, requested = self.state.node_room()
+        kept = kept_usage(view.reservations.values())
+        occupancy = Occupancy.of(view, self.decider.config.driver, kept, admission, requested)
         for preemptor, pods in waiting:
             decision = decide_preemption(
                 occupancy, preemptor, budgets, self.decider.matcher, blocked, pause=_courteous()
@@ -181,57 +208,93 @@ class Preemption:
 
     def _start(self, view: ClusterView, decision: Decision, pods: list[dict[str, Any]], now: float) -> None:
         reservation = decision.reservation(now, self.hold_seconds)
+        victims = self._covered_first(decision)
         try:
-            self.leases.create_namespaced_lease(
+            self._dry_run(view, victims)
+        except EvictionRefusedError:
+            return  # nothing was evicted; the next step decides without that pod
+        self._fence("recording a decision")
+        try:
+            created = self.leases.create_namespaced_lease(
                 self.namespace, lease_body(reservation, self.leader.identity), _request_timeout=API_TIMEOUT_S
             )
         except client.ApiException as error:
             if error.status == CONFLICT:
                 return  # decided already (another replica, or this one before a restart)
             raise
+        reservation = dataclasses.replace(reservation, uid=created.metadata.uid or "")
         PREEMPTION_DECISIONS.labels("evicting").inc()
         nodes = ", ".join(sorted(decision.reserved))
-        victims = decision.evicted
-        shown = ", ".join(victims[:10]) + (f" and {len(victims) - 10} more" if len(victims) > 10 else "")
+        names = decision.evicted
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
         what = decision.preemptor.what
-        message = f"preempting {len(victims)} pod(s) of lower priority on {nodes} for {what}: {shown}"
+        message = f"preempting {len(names)} pod(s) of lower priority on {nodes} for {what}: {shown}"
         log.info("%s", message)
         for pod in pods:
             self._event(pod, "Normal", "Preempting", message)
-        self._evict(view, reservation, covered_first=self._covered(view, decision))
+        self._evict(view, reservation, victims)
 
     @staticmethod
-    def _covered(view: ClusterView, decision: Decision) -> list[str]:
+    def _covered_first(decision: Decision) -> list[Victim]:
         """The victims, those a budget covers first: if one is refused, nothing else was evicted."""
         covered = {pod for unit in decision.victims if unit.budgets for pod in unit.pods}
-        return sorted(decision.evicted, key=lambda pod: (pod not in covered, pod))
+        return sorted(decision.identities, key=lambda victim: (victim.pod not in covered, victim.pod))
 
-    def _evict(self, view: ClusterView, reservation: Reservation, covered_first: list[str]) -> None:
-        for name in covered_first:
-            pod = view.pods.get(_key(name))
-            if pod is None or terminating(pod):
-                continue  # gone or going: counted as free already
-            metadata = pod["metadata"]
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": metadata["name"], "namespace": metadata["namespace"]},
-                "deleteOptions": {"preconditions": {"uid": metadata.get("uid")}},
-            }
+    @staticmethod
+    def _target(view: ClusterView, victim: Victim) -> dict[str, Any] | None:
+        """The victim's pod if it is still there, that very pod, and not going already."""
+        pod = view.pods.get(_key(victim.pod))
+        if pod is None or terminating(pod):
+            return None  # gone or going: counted as free already
+        if not victim.uid or pod["metadata"].get("uid") != victim.uid:
+            return None  # another pod of that name (or a victim recorded without UID): never a victim
+        return pod
+
+    def _eviction(self, victim: Victim, *, dry_run: bool) -> None:
+        namespace, name = _key(victim.pod)
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": victim.uid}, **({"dryRun": [DRY_RUN]} if dry_run else {})},
+        }
+        extra = {"dry_run": DRY_RUN} if dry_run else {}
+        self.core.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=API_TIMEOUT_S, **extra)
+
+    def _dry_run(self, view: ClusterView, victims: list[Victim]) -> None:
+        """Every victim evicted as a dry run: the API's budgets and checks say no before any goes."""
+        for victim in victims:
+            if self._target(view, victim) is None:
+                continue
             try:
-                self.core.create_namespaced_pod_eviction(
-                    metadata["name"], metadata["namespace"], body, _request_timeout=API_TIMEOUT_S
-                )
+                self._eviction(victim, dry_run=True)
+            except client.ApiException as error:
+                if error.status in (NOT_FOUND, CONFLICT):
+                    continue  # gone, or replaced: the real eviction passes it over as well
+                self._refused(victim, error, "a dry run of its eviction")
+                raise EvictionRefusedError(victim.pod) from error
+
+    def _refused(self, victim: Victim, error: client.ApiException, what: str) -> None:
+        EVICTIONS.labels("blocked").inc()
+        now = self.clock()  # expired entries go as one is added: bounded by the last minute's refusals
+        self._blocked = {pod: until for pod, until in self._blocked.items() if until > now}
+        self._blocked[victim.pod] = now + BLOCKED_FOR_S
+        log.info("%s of %s refused (%s %s): deciding again without it", what, victim.pod, error.status, error.reason)
+
+    def _evict(self, view: ClusterView, reservation: Reservation, victims: list[Victim]) -> None:
+        for victim in victims:
+            pod = self._target(view, victim)
+            if pod is None:
+                continue
+            self._fence(f"evicting {victim.pod}")
+            try:
+                self._eviction(victim, dry_run=False)
             except client.ApiException as error:
                 if error.status in (NOT_FOUND, CONFLICT):  # gone, or replaced by a pod of the same name
                     EVICTIONS.labels("gone").inc()
                     continue
                 if error.status == TOO_MANY_REQUESTS:
-                    EVICTIONS.labels("blocked").inc()
-                    now = self.clock()  # expired entries go as one is added: bounded by the last minute's refusals
-                    self._blocked = {pod: until for pod, until in self._blocked.items() if until > now}
-                    self._blocked[name] = now + BLOCKED_FOR_S
-                    log.info("eviction of %s refused by its PodDisruptionBudget: deciding again without it", name)
+                    self._refused(victim, error, "the eviction")
                     self._withdraw(reservation)
                     return
                 raise
@@ -245,10 +308,15 @@ class Preemption:
             )
 
     def _withdraw(self, reservation: Reservation) -> None:
+        """The Lease goes, that very one: a later decision for the same preemptor keeps its own."""
+        self._fence(f"letting the preemption for {reservation.what} go")
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=reservation.uid or None))
         try:
-            self.leases.delete_namespaced_lease(reservation.lease, self.namespace, _request_timeout=API_TIMEOUT_S)
+            self.leases.delete_namespaced_lease(
+                reservation.lease, self.namespace, body=options, _request_timeout=API_TIMEOUT_S
+            )
         except client.ApiException as error:
-            if error.status != NOT_FOUND:
+            if error.status not in (NOT_FOUND, CONFLICT):
                 raise
 
     def _not_helpful(self, decision: NoHelp, pods: list[dict[str, Any]], now: float) -> None:

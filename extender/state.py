@@ -21,6 +21,7 @@ from typing import Any
 
 from extender.gang import JobSetShape, NativeGroup, may_belong_to_gang
 from extender.membership import GangSources, MemberIndex
+from extender.node_admission import NONE, NodeAdmission, Requests, counts_on_node, pod_requests
 from extender.node_usage import (
     Allocated,
     Node,
@@ -125,6 +126,13 @@ class ClusterState:
         self._journal_floor = 0
         self._since_freeze = 0  # watch events applied since the objects were last frozen
         self._unjournaled_version = 0
+        # What decides a node's admission apart from devices (taints, cordon, allocatable), and what
+        # every pod bound there asks, pods outside the view too: preemption evicts only where the
+        # preemptor would then pass the scheduler's filters.
+        self._admission: dict[str, NodeAdmission] = {}
+        self._pod_requests: dict[Key, tuple[str, Requests]] = {}
+        self._node_requested: dict[str, Requests] = {}
+        self._requests_seen: dict[Requests, Requests] = {}  # one object per value: most pods ask alike
 
     # Between two scheduling calls a busy cluster delivers tens of events, a burst a few thousand; a
     # reader further behind than this checks everything (correct, only slower).
@@ -167,8 +175,13 @@ class ClusterState:
                 self._native = None
             for key in list(self.objects[kind]):
                 self._forget(kind, key)
+            if kind == "pods":
+                self._pod_requests.clear()
+                self._node_requested.clear()
             for item in items:
                 self._store(kind, item)
+                if kind == "pods":
+                    self._account(_key(item), item)
             self._synced.add(kind)
             self.version += 1
             self._journal_floor = self.version  # a whole kind replaced: readers look at everything
@@ -192,6 +205,8 @@ class ClusterState:
                 self._forget(kind, _key(obj))
             else:
                 self._store(kind, obj)
+            if kind == "pods":
+                self._account(_key(obj), None if event == "DELETED" else obj)
             self.version += 1
             self._since_freeze += 1
             if self._since_freeze >= self.REFREEZE_EVENTS and not self.missing():
@@ -200,6 +215,31 @@ class ClusterState:
                 # Only what arrived since the last freeze is collected, then frozen (gcutil.collector).
                 freeze_survivors()
                 self._since_freeze = 0
+
+    MAX_REQUEST_SHAPES = 65_536
+
+    def _account(self, key: Key, pod: dict[str, Any] | None) -> None:
+        """Keep the node's requested total current as a pod comes, changes or goes."""
+        old = self._pod_requests.pop(key, None)
+        if old is not None:
+            node, requests = old
+            left = self._node_requested[node].minus(requests)
+            if left.pods > 0:
+                self._node_requested[node] = left
+            else:
+                del self._node_requested[node]
+        if pod is None or not counts_on_node(pod):
+            return
+        node, requests = pod["spec"]["nodeName"], pod_requests(pod)
+        if len(self._requests_seen) < self.MAX_REQUEST_SHAPES:
+            requests = self._requests_seen.setdefault(requests, requests)
+        self._pod_requests[key] = (node, requests)
+        self._node_requested[node] = self._node_requested.get(node, NONE).plus(requests)
+
+    def node_room(self) -> tuple[dict[str, NodeAdmission], dict[str, Requests]]:
+        """Each node's admission facts and what the pods bound there ask, all pods counted."""
+        with self.lock:
+            return dict(self._admission), dict(self._node_requested)
 
     def _forget(self, kind: str, key: Key) -> None:
         old = self.objects[kind].pop(key, None)
@@ -236,6 +276,10 @@ class ClusterState:
     def _touch(self, kind: str, key: Key, obj: dict[str, Any], stored: bool = False) -> None:
         if kind == "nodes":
             self._dirty_nodes.add(key[1])
+            if stored:
+                self._admission[key[1]] = NodeAdmission.of(obj)
+            elif key not in self.objects["nodes"]:
+                self._admission.pop(key[1], None)
         elif kind == "pods":
             if not stored and key in self.objects["pods"]:
                 return  # replaced: the new object's touch follows, and the pod keeps its place

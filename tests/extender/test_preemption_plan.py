@@ -86,7 +86,10 @@ class Cluster:
         return member
 
     def view(
-        self, groups: list[dict[str, Any]] | None = None, jobsets: list[dict[str, Any]] | None = None
+        self,
+        groups: list[dict[str, Any]] | None = None,
+        jobsets: list[dict[str, Any]] | None = None,
+        extra_classes: list[dict[str, Any]] | None = None,
     ) -> ClusterView:
         state = ClusterState(DRIVER)
         objects = {
@@ -96,13 +99,18 @@ class Cluster:
             "pods": self.pods,
             "resourceclaims": self.claims,
             "resourceclaimtemplates": list(self.templates.values()),
-            "deviceclasses": [GPU_CLASS],
+            "deviceclasses": [GPU_CLASS, *(extra_classes or [])],
             "podgroups": [],
             "jobsets": jobsets or [],
         }
         for kind, items in objects.items():
             state.replace(kind, json.loads(json.dumps(items)))
+        self.state = state
         return state.view()
+
+    def occupancy(self, view: ClusterView) -> Occupancy:
+        """As the leader reads it: with every node's admission facts and what its pods ask."""
+        return Occupancy.of(view, DRIVER, {}, *self.state.node_room())
 
 
 MATCHER = Matcher(Selectors(), DRIVER)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -14,7 +15,17 @@ import pytest
 from extender.config import ExtenderConfig
 from extender.decide import Decider
 from extender.node_usage import Usage
-from extender.reservation import NODES, PRIORITY, Reservation, ReservationError, Reserved, from_lease, lease_body
+from extender.reservation import (
+    NODES,
+    PRIORITY,
+    VICTIMS,
+    Reservation,
+    ReservationError,
+    Reserved,
+    Victim,
+    from_lease,
+    lease_body,
+)
 from extender.state import ClusterState
 from testkit import builders
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod
@@ -24,7 +35,8 @@ NS = "ns"
 
 def _reservation(nodes: dict[str, Reserved] | None = None) -> Reservation:
     kept = nodes or {"a": Reserved(1, Usage({"gpu-0", "gpu-1"}))}
-    return Reservation("preempt-x", f"{NS}/big", f"pod {NS}/big", 1000, kept, (f"{NS}/low-0",), 1_000.0, 1_120.0)
+    victims = (Victim(f"{NS}/low-0", "uid-low-0", (f"{DRIVER}/a/gpu-0",)),)
+    return Reservation("preempt-x", f"{NS}/big", f"pod {NS}/big", 1000, kept, victims, 1_000.0, 1_120.0)
 
 
 def _lease(reservation: Reservation) -> dict[str, Any]:
@@ -36,6 +48,20 @@ def _lease(reservation: Reservation) -> dict[str, Any]:
 def test_a_reservation_survives_its_lease() -> None:
     reservation = _reservation()
     assert from_lease(json.loads(json.dumps(_lease(reservation)))) == reservation
+
+
+def test_kept_devices_keep_their_compatibility_groups_and_other_drivers_devices() -> None:
+    """A MIG preemptor's kept devices keep their groups, so no fraction is admitted beside them."""
+    usage = Usage({"gpu-0-mig"}, {}, {"gpu-0": {"memory": Decimal(10)}}, {"gpu-0": frozenset({"mig"})}, frozenset())
+    usage.partners = frozenset({"nic.example.com/a/nic-0"})
+    reservation = _reservation({"a": Reserved(1, usage)})
+    assert from_lease(json.loads(json.dumps(_lease(reservation)))) == reservation
+
+
+def test_a_lease_of_an_earlier_release_names_victims_without_uid_and_none_is_ever_evicted() -> None:
+    lease = _lease(_reservation())
+    lease["metadata"]["annotations"][VICTIMS] = json.dumps([f"{NS}/low-0"])
+    assert from_lease(lease).victims == (Victim(f"{NS}/low-0", ""),)
 
 
 @pytest.mark.parametrize(
@@ -55,6 +81,14 @@ def test_a_reservation_survives_its_lease() -> None:
             f"annotation {NODES}[a].counters",
         ),
         (lambda lease: lease["spec"].update(leaseDurationSeconds=0), "spec.leaseDurationSeconds"),
+        (
+            lambda lease: lease["metadata"]["annotations"].update({VICTIMS: '[{"pod": "ns/a"}]'}),
+            f"annotation {VICTIMS}[0]: expected an object with pod (namespace/name) and uid",
+        ),
+        (
+            lambda lease: lease["metadata"]["annotations"].update({NODES: '{"a": {"slots": 1, "groups": []}}'}),
+            f"annotation {NODES}[a].groups",
+        ),
         (lambda lease: lease["spec"].update(acquireTime="yesterday"), "spec.acquireTime"),
     ],
 )

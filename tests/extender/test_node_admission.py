@@ -1,0 +1,79 @@
+"""Node admission as kube-scheduler's filters judge it, for the checks evictions cannot change:
+taints and tolerations, a cordoned node, and room for CPU, memory and one more pod."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from extender.node_admission import NodeAdmission, Requests, members_that_fit, pod_requests, refusal, tolerates
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def _container(cpu: str | None = None, memory: str | None = None, **extra: Any) -> dict[str, Any]:
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    return {"name": "c", "resources": {"requests": requests}, **extra}
+
+
+def test_a_pods_requests_are_its_containers_its_sidecars_and_the_largest_init_container_and_overhead() -> None:
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [_container("1", "1Gi"), _container("500m")],
+            "initContainers": [
+                _container("250m", "512Mi", restartPolicy="Always"),  # a sidecar, beside the containers
+                _container("4", "256Mi"),  # runs alone after the sidecar started: 4.25 CPUs at once
+            ],
+            "overhead": {"cpu": "100m", "memory": "64Mi"},
+        },
+    }
+    requests = pod_requests(pod)
+    assert requests.cpu == Decimal("4.35")
+    assert requests.memory == Decimal(1024 + 512 + 64) * 2**20
+    assert requests.pods == 1
+
+
+@pytest.mark.parametrize(
+    ("toleration", "tolerated"),
+    [
+        ({"key": "nvidia.com/gpu", "operator": "Exists"}, True),
+        ({"key": "nvidia.com/gpu", "value": "present"}, True),
+        ({"key": "nvidia.com/gpu", "value": "absent"}, False),
+        ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}, False),
+        ({"operator": "Exists"}, True),  # no key, Exists: every taint
+        ({"value": "present"}, False),  # no key needs Exists
+        ({"key": "other", "operator": "Exists"}, False),
+    ],
+)
+def test_tolerations_match_taints_as_the_api_defines(toleration: dict[str, Any], tolerated: bool) -> None:
+    assert tolerates([toleration], GPU_TAINT) is tolerated
+
+
+def test_a_taint_not_tolerated_and_a_cordon_refuse_the_node_and_name_why() -> None:
+    node = {"metadata": {"name": "a"}, "spec": {"taints": [GPU_TAINT, {"key": "soft", "effect": "PreferNoSchedule"}]}}
+    admission = NodeAdmission.of(node)
+    assert refusal({}, "a", admission) == "node a has taint nvidia.com/gpu=present:NoSchedule"
+    assert refusal({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}, "a", admission) is None
+    cordoned = NodeAdmission.of({"metadata": {"name": "a"}, "spec": {"unschedulable": True}})
+    assert refusal({}, "a", cordoned) == "node a is cordoned (unschedulable)"
+    tolerant = {"tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]}
+    assert refusal(tolerant, "a", cordoned) is None
+
+
+def test_members_fit_by_cpu_memory_and_pod_slots_and_a_resource_not_asked_is_not_checked() -> None:
+    admission = NodeAdmission.of(
+        {"metadata": {"name": "a"}, "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "10"}}}
+    )
+    assert admission.allocatable == Requests(Decimal(8), Decimal(16 * 2**30), 10)
+    used = Requests(Decimal(5), Decimal(2**30), 3)
+    assert members_that_fit(admission, used, Requests(Decimal(1), Decimal(0), 1), 8) == 3  # CPU
+    assert members_that_fit(admission, used, Requests(Decimal(0), Decimal(5 * 2**30), 1), 8) == 3  # memory
+    assert members_that_fit(admission, used, Requests(pods=1), 8) == 7  # pod slots
+    assert members_that_fit(admission, used, Requests(pods=1), 2) == 2  # never more than needed
+    full = Requests(Decimal(9), Decimal(0), 3)  # over-committed: none, not a negative count
+    assert members_that_fit(admission, full, Requests(Decimal(1), Decimal(0), 1), 8) == 0
+    unknown = NodeAdmission.of({"metadata": {"name": "b"}})
+    assert members_that_fit(unknown, used, Requests(Decimal(100), Decimal(0), 1), 4) == 4

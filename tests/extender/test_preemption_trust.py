@@ -1,0 +1,171 @@
+"""Preemption decisions an admin can defend, on real node models fed to a real ClusterState: victims
+recorded by UID with the devices they held; nothing that breaks a PodDisruptionBudget or would be
+refused by the Eviction API; no Kueue-managed pod; only nodes the preemptor can then use (taints,
+cordon, CPU, memory, pod slots); and what is freed counted as the scheduler counts it (other
+drivers' devices, adminAccess)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.preemption_plan import Budget, Decision, NoHelp, decide
+from extender.reservation import Victim
+from testkit.builders import DRIVER
+from tests.extender.test_partners import NIC_CLASS, NIC_DRIVER, gpu_and_nic, nic_claim, nic_slice
+from tests.extender.test_preemption_plan import MATCHER, NS, Cluster, _single
+
+
+def _decide(cluster: Cluster, waiting: dict[str, Any], budgets: tuple[Budget, ...] = ()) -> Decision | NoHelp:
+    view = cluster.view()
+    return decide(cluster.occupancy(view), _single(view, waiting), list(budgets), MATCHER)
+
+
+def _budget(name: str, labels: dict[str, str], allowed: int) -> Budget:
+    return Budget.from_api(
+        {
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"selector": {"matchLabels": labels}},
+            "status": {"disruptionsAllowed": allowed},
+        }
+    )
+
+
+def test_victims_are_recorded_by_uid_with_the_devices_they_held() -> None:
+    cluster = Cluster({"a": {}})
+    cluster.fill({"a": 0})
+    decision = _decide(cluster, cluster.wait("big", 2, 100))
+    assert isinstance(decision, Decision)
+    assert len(decision.identities) == 2
+    for victim in decision.identities:
+        name = victim.pod.split("/")[1]
+        index = int(name[1:])
+        assert victim == Victim(victim.pod, f"uid-{name}", (f"{DRIVER}/a/gpu-{index}",))
+
+
+def test_a_tainted_or_cordoned_node_the_preemptor_cannot_use_is_never_a_place_to_evict() -> None:
+    """Node a holds the cheapest victims but carries a taint the preemptor does not tolerate; node b
+    is cordoned; only node c, with dearer victims, is one the scheduler would let it onto."""
+    cluster = Cluster({"a": {}, "b": {}, "c": {}})
+    cluster.fill({"a": 0, "b": 0, "c": 10})
+    cluster.node_objects[0]["spec"] = {"taints": [{"key": "team", "value": "x", "effect": "NoSchedule"}]}
+    cluster.node_objects[1]["spec"] = {"unschedulable": True}
+    decision = _decide(cluster, cluster.wait("big", 8, 100))
+    assert isinstance(decision, Decision)
+    assert list(decision.reserved) == ["c"]
+    tolerant = cluster.wait("tolerant", 8, 100)
+    tolerant["spec"]["tolerations"] = [{"key": "team", "operator": "Exists"}]
+    decision = _decide(cluster, tolerant)
+    assert isinstance(decision, Decision)
+    assert list(decision.reserved) == ["a"]
+
+
+def test_a_node_without_cpu_for_the_preemptor_once_the_victims_are_gone_is_skipped() -> None:
+    """Node a's CPUs are taken by a pod outside the view (no devices, no gang); evicting its GPU pods
+    would free GPUs the preemptor could never use there."""
+    cluster = Cluster({"a": {}, "b": {}})
+    cluster.fill({"a": 0, "b": 10})
+    for node in cluster.node_objects:
+        node["status"] = {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}}
+    cpu_hog = {
+        "metadata": {"name": "hog", "namespace": NS, "uid": "uid-hog"},
+        "spec": {"nodeName": "a", "containers": [{"name": "c", "resources": {"requests": {"cpu": "14"}}}]},
+        "status": {"phase": "Running"},
+    }
+    cluster.pods.append(cpu_hog)
+    waiting = cluster.wait("big", 8, 100)
+    waiting["spec"]["containers"] = [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]
+    decision = _decide(cluster, waiting)
+    assert isinstance(decision, Decision)
+    assert list(decision.reserved) == ["b"], "node a has 2 CPUs left, the preemptor asks 4"
+    waiting["spec"]["containers"] = [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]
+    decision = _decide(cluster, waiting)
+    assert isinstance(decision, Decision)
+    assert list(decision.reserved) == ["a"]
+
+
+def test_kueue_managed_pods_are_never_victims() -> None:
+    cluster = Cluster({"a": {}, "b": {}})
+    cluster.fill({"a": 0}, labels={"kueue.x-k8s.io/queue-name": "team-a"})
+    cluster.fill({"b": 10})
+    decision = _decide(cluster, cluster.wait("big", 8, 100))
+    assert isinstance(decision, Decision)
+    assert list(decision.reserved) == ["b"]
+    assert all("/b" in pod for pod in decision.evicted)
+
+
+def test_a_gang_a_budget_would_split_is_no_victim_and_nothing_breaks_a_budget() -> None:
+    """A 2-pod gang on node a under a budget that allows one disruption: evicting it whole would
+    break the budget (the API refuses the second eviction after the first went), so it is no
+    candidate; with no other victim, nothing is evicted and the reason names the budget."""
+    cluster = Cluster({"a": {}})
+    labels = {"app": "guarded", "nativedra.dev/gang": "low", "nativedra.dev/gang-size": "2"}
+    cluster.run("low-0", "a", 4, 0, labels=labels)
+    cluster.run("low-1", "a", 4, 0, labels=labels)
+    decision = _decide(cluster, cluster.wait("big", 8, 100), (_budget("guard", {"app": "guarded"}, 1),))
+    assert isinstance(decision, NoHelp)
+    assert decision.candidates == 0
+    allowing = _decide(cluster, cluster.wait("big2", 8, 100), (_budget("guard", {"app": "guarded"}, 2),))
+    assert isinstance(allowing, Decision) and allowing.evicted == (f"{NS}/low-0", f"{NS}/low-1")
+
+
+def test_single_victims_that_break_a_budget_only_together_are_refused_as_a_set() -> None:
+    cluster = Cluster({"a": {}})
+    cluster.fill({"a": 0}, labels={"app": "guarded"})
+    decision = _decide(cluster, cluster.wait("big", 2, 100), (_budget("guard", {"app": "guarded"}, 1),))
+    assert isinstance(decision, NoHelp)
+    assert "would break a PodDisruptionBudget" in decision.reason
+
+
+def test_a_pod_under_two_budgets_is_no_victim_the_eviction_api_refuses_it() -> None:
+    cluster = Cluster({"a": {}, "b": {}})
+    cluster.fill({"a": 0}, labels={"app": "guarded", "tier": "x"})
+    cluster.fill({"b": 10})
+    budgets = (_budget("by-app", {"app": "guarded"}, 8), _budget("by-tier", {"tier": "x"}, 8))
+    decision = _decide(cluster, cluster.wait("big", 8, 100), budgets)
+    assert isinstance(decision, Decision)
+    assert list(decision.reserved) == ["b"]
+
+
+def test_an_admin_access_claim_frees_nothing_and_its_pod_is_never_evicted_for_devices() -> None:
+    """A monitoring pod with adminAccess to all 8 GPUs of node a holds none of them as the scheduler
+    counts: a preemptor fits on a's free GPUs with no eviction at all, and b's pods stay."""
+    cluster = Cluster({"a": {}, "b": {}})
+    cluster.run("monitor", "a", 8, 0)
+    for result in cluster.claims[-1]["status"]["allocation"]["devices"]["results"]:
+        result["adminAccess"] = True
+    cluster.fill({"b": 0})
+    view = cluster.view()
+    assert view.usage["a"].devices == set(), "adminAccess uses nothing"
+    decision = _decide(cluster, cluster.wait("big", 8, 100))
+    assert isinstance(decision, NoHelp), "it fits without evicting: no preemption"
+
+
+def test_another_drivers_device_the_preemptor_needs_counts_and_its_holder_is_a_victim() -> None:
+    """Node a: every GPU and its one NIC (NUMA node 0) held by low pods. A preemptor asking for a GPU
+    and a NIC on one NUMA node must evict the NIC's holder too, not a GPU pod alone."""
+    cluster = Cluster({"a": {}})
+    cluster.fill({"a": 0})
+    cluster.slices.append(nic_slice("a", {"nic-0": 0}))
+    nic_user = {
+        "metadata": {"name": "nic-user", "namespace": NS, "uid": "uid-nic-user"},
+        "spec": {"nodeName": "a", "priority": 0, "containers": [], "resourceClaims": [{"name": "nic"}]},
+        "status": {"phase": "Running", "startTime": "2026-11-29T00:00:00Z"},
+    }
+    claim = nic_claim("nic-user-nic", "a", "nic-0")
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": "nic-user", "uid": "uid-nic-user"}]
+    nic_user["status"]["resourceClaimStatuses"] = [{"name": "nic", "resourceClaimName": "nic-user-nic"}]
+    cluster.pods.append(nic_user)
+    cluster.claims.append(claim)
+    template: dict[str, Any] = {"metadata": {"name": "aligned", "namespace": NS}, "spec": {"spec": gpu_and_nic(True)}}
+    cluster.templates[0] = template  # (index 0 is unused by the GPU counts)
+    waiting = cluster.wait("big", 1, 100)
+    waiting["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "aligned"}]
+    cluster.claims[-1]["spec"] = template["spec"]["spec"]
+    view = cluster.view(extra_classes=[NIC_CLASS])
+    decision = decide(cluster.occupancy(view), _single(view, waiting), [], MATCHER)
+    assert isinstance(decision, Decision)
+    assert f"{NS}/nic-user" in decision.evicted
+    nic_victim = next(v for v in decision.identities if v.pod == f"{NS}/nic-user")
+    assert nic_victim.devices == (f"{NIC_DRIVER}/nics-a/nic-0",)
+    gpu_victims = [pod for pod in decision.evicted if pod != f"{NS}/nic-user"]
+    assert len(gpu_victims) == 1 and int(gpu_victims[0].rsplit("a", 1)[1]) < 4, "a GPU on the NIC's NUMA node"
