@@ -146,7 +146,7 @@ def test_another_drivers_device_the_preemptor_needs_counts_and_its_holder_is_a_v
     cluster = Cluster({"a": {}})
     cluster.fill({"a": 0})
     cluster.slices.append(nic_slice("a", {"nic-0": 0}))
-    nic_user = {
+    nic_user: dict[str, Any] = {
         "metadata": {"name": "nic-user", "namespace": NS, "uid": "uid-nic-user"},
         "spec": {"nodeName": "a", "priority": 0, "containers": [], "resourceClaims": [{"name": "nic"}]},
         "status": {"phase": "Running", "startTime": "2026-11-29T00:00:00Z"},
