@@ -67,3 +67,26 @@ def test_of_replicas_racing_for_a_free_lease_exactly_one_wins(api: client.ApiCli
     assert len(winners) == 1, results
     holder = client.CoordinationV1Api(api).read_namespaced_lease(name, namespace).spec.holder_identity
     assert holder == winners[0]
+
+
+def test_a_holder_that_stalled_past_a_takeover_fails_its_fence_and_writes_nothing(
+    api: client.ApiClient, namespace: str
+) -> None:
+    """What a paused process finds on waking: its Lease was taken meanwhile. Its fence (a renewal
+    guarded by the resourceVersion of its own last write) is refused, and the new holder keeps it."""
+    name = f"fence-{uuid.uuid4().hex[:6]}"
+    first = LeaderLease(api, namespace, name, "first", duration_s=2)
+    second = LeaderLease(api, namespace, name, "second", duration_s=2)
+    assert first.holding()
+    time.sleep(1.1)  # past the fence's own window: the next fence writes
+    assert first.fence(), "the holder proves it leads"
+    while not second.holding():  # `first` stalls: no renewal from here on
+        time.sleep(0.2)
+    leases = client.CoordinationV1Api(api)
+    taken = leases.read_namespaced_lease(name, namespace)
+    assert not first.fence()
+    after = leases.read_namespaced_lease(name, namespace)
+    assert after.spec.holder_identity == "second"
+    assert after.metadata.resource_version == taken.metadata.resource_version, "the refused fence wrote nothing"
+    assert not first.fence(), "and it stays refused: no resourceVersion left to write with"
+    assert second.fence()

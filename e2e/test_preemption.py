@@ -320,3 +320,218 @@ def test_an_exclusive_jobset_preempts_a_rack_per_job_and_spares_the_higher_rack(
     assert len(_gone(harness, namespace, low)) == 32
     assert _gone(harness, namespace, mid) == []
     print(f"\nexclusive 2 x 2 x 8 JobSet bound {took:.1f} s after creation, 32 low pods evicted, mid rack spared")
+
+
+# -- trust: what an adversary would try (issue "Preemption an admin can trust") ------------------
+
+HOLD = "e2e.nativedra.dev/hold"
+
+
+def _hold(harness: ExtenderCluster, namespace: str, name: str, held: bool) -> None:
+    """A finalizer keeps a deleted pod (and its devices) until the test lets it go."""
+    client.CoreV1Api(harness.api).patch_namespaced_pod(
+        name, namespace, {"metadata": {"finalizers": [HOLD] if held else None}}
+    )
+
+
+def _pod(harness: ExtenderCluster, namespace: str, name: str) -> client.V1Pod | None:
+    try:
+        return client.CoreV1Api(harness.api).read_namespaced_pod(name, namespace)
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def _statefulset(harness: ExtenderCluster, namespace: str, name: str, priority_class: str) -> None:
+    template = {
+        "metadata": {"labels": {"app": name}},
+        "spec": {
+            "priorityClassName": priority_class,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
+            ],
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpus-1"}],
+        },
+    }
+    body = {
+        "metadata": {"name": name},
+        "spec": {"serviceName": name, "replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": template},
+    }
+    client.AppsV1Api(harness.api).create_namespaced_stateful_set(namespace, body)
+
+
+def test_a_statefulset_victims_replacement_of_the_same_name_is_never_evicted(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    """A StatefulSet pod is one of eight victims on node a; the StatefulSet controller recreates it
+    under its old name while another victim is still ending (a finalizer holds it), and the new pod
+    runs on node b. The preemptor still waits, and the decision is tended every second: the pod of
+    the same name and another UID is not evicted."""
+    harness, namespace = env
+    (node_a,) = harness.add_gpu_nodes(1)
+    _statefulset(harness, namespace, "db", classes["low"])
+    first = wait_for(lambda: (p := _pod(harness, namespace, "db-0")) and p.spec.node_name and p, 90, "db-0 bound")
+    low = [f"low-{index}" for index in range(7)]
+    for name in low:
+        gpu_pod(harness.api, namespace, name, "gpus-1", node=node_a, priority_class=classes["low"])
+    wait_for(lambda: len(bound(harness.api, namespace, low)) == 7, 90, "node a full")
+    _hold(harness, namespace, "low-0", True)
+    node_b = harness.add_gpu_nodes(1)[0]
+    mid = [f"mid-{index}" for index in range(7)]
+    for name in mid:
+        gpu_pod(harness.api, namespace, name, "gpus-1", node=node_b, priority_class=classes["mid"])
+    wait_for(lambda: len(bound(harness.api, namespace, mid)) == 7, 90, "node b holding 7")
+    try:
+        gpu_pod(harness.api, namespace, "big", "gpus-8", priority_class=classes["high"])
+
+        def replaced() -> client.V1Pod | None:
+            pod = _pod(harness, namespace, "db-0")
+            return pod if pod and pod.metadata.uid != first.metadata.uid and pod.spec.node_name else None
+
+        replacement = wait_for(replaced, 90, "db-0 recreated by its controller and bound")
+        assert replacement.spec.node_name == node_b
+        assert bound(harness.api, namespace, ["big"]) == {}, "low-0 still holds a GPU: the preemptor waits"
+        time.sleep(6)  # six preemption steps tend the decision while the preemptor waits
+        now = _pod(harness, namespace, "db-0")
+        assert now is not None and now.metadata.uid == replacement.metadata.uid
+        assert now.metadata.deletion_timestamp is None, "the replacement was evicted"
+        preempted = [e for e in _events(harness, namespace, "Preempted") if e.involved_object.name == "db-0"]
+        assert [e.involved_object.uid for e in preempted] == [first.metadata.uid]
+    finally:
+        _hold(harness, namespace, "low-0", False)
+    assert wait_for(lambda: bound(harness.api, namespace, ["big"]).get("big"), BOUND_S, "big bound") == node_a
+    client.AppsV1Api(harness.api).delete_namespaced_stateful_set("db", namespace)
+
+
+def test_no_pod_is_evicted_on_a_node_the_preemptor_cannot_use(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    """The cheapest victims run on a node the preemptor does not tolerate the taint of, and on a
+    cordoned node; the scheduler would never put it there, so the dearer pods of node c go."""
+    harness, namespace = env
+    tainted, cordoned, usable = harness.add_gpu_nodes(3)
+    low = _fill(harness, namespace, [tainted, cordoned], classes["low"], "low")
+    mid = _fill(harness, namespace, [usable], classes["mid"], "mid")
+    core = client.CoreV1Api(harness.api)
+    taint = {"key": "e2e.nativedra.dev/team", "value": "x", "effect": "NoSchedule"}
+    core.patch_node(tainted, {"spec": {"taints": [taint]}})
+    core.patch_node(cordoned, {"spec": {"unschedulable": True}})
+    gpu_pod(harness.api, namespace, "big", "gpus-8", priority_class=classes["high"])
+    node = wait_for(lambda: bound(harness.api, namespace, ["big"]).get("big"), BOUND_S, "the 8-GPU pod bound")
+    assert node == usable
+    assert _gone(harness, namespace, low) == []
+    assert len(_gone(harness, namespace, mid)) == 8
+
+
+def _running_and_ready(harness: ExtenderCluster, namespace: str, names: list[str]) -> None:
+    """What a kubelet reports once the containers run (simulated nodes have none): the disruption
+    controller counts only such pods healthy, and the Eviction API applies budgets only to them."""
+    core = client.CoreV1Api(harness.api)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for name in names:
+        status = {
+            "phase": "Running",
+            "startTime": now,
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+        }
+        core.patch_namespaced_pod_status(name, namespace, {"status": status})
+
+
+def test_a_gang_under_a_budget_that_allows_less_than_all_of_it_is_never_split(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    """A running 2-pod gang (Running and Ready) under a PodDisruptionBudget the disruption
+    controller reports as allowing one disruption: evicting it whole would have the API refuse the
+    second pod after the first went, so nothing is evicted and the preemptor is told why."""
+    harness, namespace = env
+    harness.add_gpu_nodes(1)
+    gang = gang_pods(harness.api, namespace, "pair", 2, 4, priority_class=classes["low"])
+    wait_for(lambda: len(bound(harness.api, namespace, gang)) == 2, 90, "the gang bound")
+    _running_and_ready(harness, namespace, gang)
+    selector = {"matchLabels": {"nativedra.dev/gang": "pair"}}
+    budget = {"metadata": {"name": "pair"}, "spec": {"minAvailable": 1, "selector": selector}}
+    policy = client.PolicyV1Api(harness.api)
+    policy.create_namespaced_pod_disruption_budget(namespace, budget)
+
+    def allowing_one() -> bool:
+        status = policy.read_namespaced_pod_disruption_budget("pair", namespace).status
+        return bool(status and status.current_healthy == 2 and status.disruptions_allowed == 1)
+
+    wait_for(allowing_one, 60, "the disruption controller to allow one disruption")
+    gpu_pod(harness.api, namespace, "big", "gpus-8", priority_class=classes["high"])
+    told = wait_for(lambda: _events(harness, namespace, "PreemptionNotHelpful"), 60, "why preemption would not help")
+    assert "PodDisruptionBudget" in told[0].message, told[0].message
+    time.sleep(3)  # more preemption steps
+    assert _gone(harness, namespace, gang) == []
+    assert bound(harness.api, namespace, ["big"]) == {}
+    assert _events(harness, namespace, "Preempted") == []
+
+
+def test_a_victim_the_api_refuses_to_evict_stops_the_decision_before_anything_goes(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    """An admission policy refuses evictions of one member of a running gang (what an admin's
+    ValidatingAdmissionPolicy, a webhook or a budget race can do). The dry runs of every victim
+    come before the first real eviction, so the other member is not evicted alone."""
+    harness, namespace = env
+    harness.add_gpu_nodes(1)
+    gang = gang_pods(harness.api, namespace, "pair", 2, 4, priority_class=classes["low"])
+    wait_for(lambda: len(bound(harness.api, namespace, gang)) == 2, 90, "the gang bound")
+    admission = client.AdmissionregistrationV1Api(harness.api)
+    name = f"nd-refuse-{namespace}"
+    admission.create_validating_admission_policy(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods/eviction"],
+                        }
+                    ]
+                },
+                "validations": [{"expression": "request.name != 'pair-1'", "message": "pair-1 is not to be evicted"}],
+            },
+        }
+    )
+    admission.create_validating_admission_policy_binding(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+            },
+        }
+    )
+    core = client.CoreV1Api(harness.api)
+    try:
+
+        def refused() -> bool:
+            body = {"metadata": {"name": "pair-1", "namespace": namespace}, "deleteOptions": {"dryRun": ["All"]}}
+            try:
+                core.create_namespaced_pod_eviction("pair-1", namespace, body, dry_run="All")
+            except client.ApiException as error:
+                return error.status in (403, 422)
+            return False
+
+        wait_for(refused, 30, "the admission policy in force")
+        blocked_before = _metric(harness, 'nativedra_extender_evictions_total{result="blocked"}')
+        gpu_pod(harness.api, namespace, "big", "gpus-8", priority_class=classes["high"])
+        wait_for(
+            lambda: _metric(harness, 'nativedra_extender_evictions_total{result="blocked"}') > blocked_before,
+            60,
+            "the dry run of pair-1's eviction refused",
+        )
+        time.sleep(3)  # more preemption steps: pair-1 is left out, so the gang is no victim
+        assert _gone(harness, namespace, gang) == [], "half the gang was evicted"
+        assert _events(harness, namespace, "Preempted") == []
+    finally:
+        admission.delete_validating_admission_policy_binding(name)
+        admission.delete_validating_admission_policy(name)

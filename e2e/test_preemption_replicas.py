@@ -6,6 +6,8 @@ must not run beside these (it would elect a decider of its own)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import time
 import uuid
@@ -20,6 +22,7 @@ from extender.reservation import LABEL
 from kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import claim_template, gpu_pod, request
+from testkit.eviction_webhook import Evictions, eviction_webhook
 from testkit.extender_harness import ReplicatedExtenders, bound, fresh_namespace, replicated_extender_cluster
 from testkit.pod_reaper import PodReaper
 
@@ -99,6 +102,76 @@ def test_the_deciding_replica_killed_mid_preemption_loses_no_hold_and_evicts_not
             )
     finally:
         first.remove_nodes()  # later tests on this plane must not find it
+        for name in (low, high):
+            scheduling.delete_priority_class(name)
+        replicas.start_stopped()
+
+
+def _webhook_in_force(api: client.ApiClient, namespace: str, pod: str, evictions: Evictions) -> bool:
+    """A dry-run eviction of `pod` reaches the webhook (its configuration is read asynchronously)."""
+    body = {"metadata": {"name": pod, "namespace": namespace}, "deleteOptions": {"dryRun": ["All"]}}
+    client.CoreV1Api(api).create_namespaced_pod_eviction(pod, namespace, body, dry_run="All")
+    return pod in evictions.dry_runs()
+
+
+def test_a_leader_paused_mid_decision_evicts_nothing_more_once_another_replica_took_over(
+    replicas: ReplicatedExtenders,
+) -> None:
+    """The deciding replica is stopped (SIGSTOP) while its first eviction is in the API server; the
+    other replica takes the lead after a whole Lease duration and finishes the decision; the first
+    is resumed (SIGCONT) afterwards. Its next eviction would come from a view and a lead it no
+    longer has: the renewal guarding it is refused, so the API server sees each victim evicted
+    once, eight in all, as one decision evicts."""
+    first = replicas.first
+    api, scheduling = first.api, client.SchedulingV1Api(first.api)
+    low, high = f"nd-low-{uuid.uuid4().hex[:6]}", f"nd-high-{uuid.uuid4().hex[:6]}"
+    scheduling.create_priority_class({"metadata": {"name": low}, "value": 10})
+    scheduling.create_priority_class({"metadata": {"name": high}, "value": 1000})
+    paused: int | None = None
+    try:
+        with (
+            fresh_namespace(api, "fence") as namespace,
+            PodReaper(api, namespace, TERMINATING_S),
+            eviction_webhook(first.plane, namespace, hold_first=True) as evictions,
+        ):
+            claim_template(api, namespace, "one", [request("gpus", GPU_CLASS, count=1)])
+            claim_template(api, namespace, "eight", [request("gpus", GPU_CLASS, count=8)])
+            (node,) = first.add_gpu_nodes(1)
+            victims = [f"low-{index}" for index in range(8)]
+            for name in victims:
+                gpu_pod(api, namespace, name, "one", node=node, priority_class=low, grace_seconds=30)
+            wait_for(lambda: len(bound(api, namespace, victims)) == 8, 90, "the low pods bound")
+            wait_for(lambda: _webhook_in_force(api, namespace, victims[0], evictions), 30, "the webhook in force")
+            checked = len(evictions.dry_runs())
+            leader = _leader(replicas)
+            gpu_pod(api, namespace, "big", "eight", priority_class=high)
+            assert evictions.held.wait(60), "the leader's first eviction never came"
+            process = replicas.replicas[leader].process
+            assert process is not None
+            os.kill(process.pid, signal.SIGSTOP)
+            paused = process.pid
+            evictions.release.set()  # the API server completes it; the paused replica hears later
+            wait_for(lambda: bound(api, namespace, ["big"]), 120, "the other replica to finish and big bound")
+            assert _leader(replicas) != leader
+            leases = client.CoordinationV1Api(api)
+            wait_for(
+                lambda: not leases.list_namespaced_lease(first.namespace, label_selector=LABEL).items,
+                60,
+                "the new leader to let the preemption go",
+            )
+            os.kill(process.pid, signal.SIGCONT)
+            paused = None
+            time.sleep(5)  # the resumed replica's step goes on from where it stopped
+            real = evictions.real()
+            assert sorted(real) == victims, f"each victim evicted once, eight in all: {real}"
+            assert sorted(evictions.dry_runs()[checked:]) == victims, "every victim tried as a dry run first"
+            events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="reason=Preempted").items
+            assert sorted(e.involved_object.name for e in events) == victims
+            print(f"\npaused leader {leader} resumed after the takeover: {len(real)} evictions in all")
+    finally:
+        if paused is not None:
+            os.kill(paused, signal.SIGCONT)
+        first.remove_nodes()
         for name in (low, high):
             scheduling.delete_priority_class(name)
         replicas.start_stopped()
