@@ -423,9 +423,10 @@ def decide(
     # One search budget for the whole decision, so many domains (a gang's racks) stay cheap, and
     # each domain searched only for sets cheaper than the best found so far.
     tests = max(MIN_TESTS_PER_REGION, EXACT_FIT_TESTS // max(1, len(preemptor.regions)))
+    by_node = units_by_node(units, occupancy)
     for region, all_nodes in sorted(preemptor.regions.items()):
         nodes = tuple(node for node in all_nodes if occupancy.admits(preemptor.specs, node))
-        mine = _freeing(units, occupancy, nodes)
+        mine = _freeing_indexed(by_node, nodes)
         region_units = [units[i] for i in mine]
         fit = _RegionFit(occupancy, preemptor, nodes, region_units, matcher)
         if nodes and fit(frozenset()) is not None:
@@ -462,10 +463,25 @@ def decide(
     return NoHelp(preemptor, reason, sum(len(unit.pods) for unit in units))
 
 
+def units_by_node(units: Sequence[Unit], occupancy: Occupancy) -> dict[str, list[int]]:
+    """Each node's units (those holding devices there), in unit order: built once per decision, so
+    a region looks at its own nodes' units, not at every unit of the cluster."""
+    found: dict[str, list[int]] = defaultdict(list)
+    for index, unit in enumerate(units):
+        for node in {node for pod in unit.pods for node in occupancy.placed[pod]}:
+            found[node].append(index)
+    return found
+
+
 def _freeing(units: Sequence[Unit], occupancy: Occupancy, nodes: tuple[str, ...]) -> list[int]:
     """Units holding devices on one of `nodes`: the others free nothing there."""
-    region = set(nodes)
-    return [i for i, unit in enumerate(units) if any(occupancy.placed[pod] & region for pod in unit.pods)]
+    return _freeing_indexed(units_by_node(units, occupancy), nodes)
+
+
+def _freeing_indexed(by_node: Mapping[str, list[int]], nodes: tuple[str, ...]) -> list[int]:
+    if len(nodes) == 1:
+        return by_node.get(nodes[0], [])
+    return sorted({index for node in nodes for index in by_node.get(node, ())})
 
 
 def _reserve(
