@@ -271,6 +271,14 @@ def victim_units(
     A gang with any member at or above the preemptor's priority is no victim (not half of it), nor
     is a unit with a Kueue-managed pod, or one its budgets do not allow to go whole (a pod under
     two budgets the Eviction API refuses outright)."""
+    return _candidates(occupancy, preemptor, budgets, blocked)[0]
+
+
+def _candidates(
+    occupancy: Occupancy, preemptor: Preemptor, budgets: Sequence[Budget], blocked: frozenset[str]
+) -> tuple[list[Unit], set[str], int]:
+    """`victim_units`, the budgets that kept some lower-priority unit from being one, and how many
+    pods those units hold."""
     view = occupancy.view
     by_gang: dict[str, list[dict[str, Any]]] = defaultdict(list)
     singles: list[dict[str, Any]] = []
@@ -287,6 +295,8 @@ def victim_units(
     groups = [(name_of(pod_key(pod)), [pod]) for pod in singles] + sorted(by_gang.items())
     allowed = {budget.key: budget.allowed for budget in budgets}
     units = []
+    protecting: set[str] = set()
+    held_back = 0
     for unit_key, pods in groups:
         names = tuple(sorted(name_of(pod_key(pod)) for pod in pods))
         priorities = tuple(priority_of(pod) for pod in pods)
@@ -300,10 +310,12 @@ def victim_units(
             for budget_key in covering:
                 covered[budget_key] += 1
         if twice or any(count > allowed[budget_key] for budget_key, count in covered.items()):
+            protecting.update(covered)
+            held_back += len(pods)
             continue
         started = min(_started(pod) for pod in pods)
         units.append(Unit(unit_key, names, priorities, started, tuple(sorted(covered.items()))))
-    return units
+    return units, protecting, held_back
 
 
 def _started(pod: dict[str, Any]) -> float:
@@ -415,7 +427,7 @@ def decide(
 ) -> Decision | NoHelp:
     """The cheapest region and victims for the preemptor, or why evicting would not help.
     `pause` runs after each region: the caller's chance to let requests have the interpreter."""
-    units = victim_units(occupancy, preemptor, budgets, blocked)
+    units, protecting, held_back = _candidates(occupancy, preemptor, budgets, blocked)
     allowed = {budget.key: budget.allowed for budget in budgets}
     best: Decision | None = None
     most_room = 0
@@ -455,12 +467,13 @@ def decide(
     if best is not None:
         return best
     reason = _why_not(preemptor, most_room)
-    if budgets_refused:
+    if budgets_refused or protecting:
+        named = f" ({', '.join(sorted(protecting))})" if protecting else ""
         reason = (
-            f"{preemptor.what}: every set of lower-priority pods whose eviction makes room would break a "
-            "PodDisruptionBudget, and nativedra evicts none of it rather than part"
+            f"{preemptor.what}: evicting the lower-priority pods that would make room would break a "
+            f"PodDisruptionBudget{named}, and nativedra evicts none of them rather than part; {reason}"
         )
-    return NoHelp(preemptor, reason, sum(len(unit.pods) for unit in units))
+    return NoHelp(preemptor, reason, sum(len(unit.pods) for unit in units) + held_back)
 
 
 def units_by_node(units: Sequence[Unit], occupancy: Occupancy) -> dict[str, list[int]]:

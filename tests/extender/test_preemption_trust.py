@@ -103,7 +103,8 @@ def test_a_gang_a_budget_would_split_is_no_victim_and_nothing_breaks_a_budget() 
     cluster.run("low-1", "a", 4, 0, labels=labels)
     decision = _decide(cluster, cluster.wait("big", 8, 100), (_budget("guard", {"app": "guarded"}, 1),))
     assert isinstance(decision, NoHelp)
-    assert decision.candidates == 0
+    assert decision.candidates == 2, "both held back, and said so"
+    assert f"would break a PodDisruptionBudget ({NS}/guard)" in decision.reason
     allowing = _decide(cluster, cluster.wait("big2", 8, 100), (_budget("guard", {"app": "guarded"}, 2),))
     assert isinstance(allowing, Decision) and allowing.evicted == (f"{NS}/low-0", f"{NS}/low-1")
 
