@@ -18,8 +18,9 @@ by UID with the devices they held (extender.reservation.Victim).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,12 +42,17 @@ from extender.node_usage import Node, Usage, allocated_results, partner_name, us
 from extender.plan_model import Gang
 from extender.planner import gang_domains
 from extender.reservation import Reservation, Reserved, Victim, lease_name
-from extender.victims import EXACT_FIT_TESTS, Cost, Unit, cheapest
+from extender.victims import EXACT_FIT_TESTS, NOTHING, Cost, Unit, cheapest, cost_of
 from extender.view import ClusterView
 
 Key = tuple[str, str]
 Slots = dict[str, int]  # node -> members placed there
 MIN_TESTS_PER_REGION = 64  # exact search in each region at least this far before the reprieve method
+# Regions where eviction makes room that one decision searches, the cheapest to empty first: like
+# DefaultPreemption's candidate limit (max(10% of nodes, 100), from a random offset), so a decision
+# on a cluster of 10,000 single-node regions stays bounded.
+CANDIDATE_REGIONS = 100
+INFINITE_COST = Cost(2**62, 2**62, 2**62, 2**62, math.inf)
 
 
 def name_of(key: Key) -> str:
@@ -154,6 +160,67 @@ class Budget:
         return metadata["namespace"] == self.namespace and selector_matches(self.selector, metadata.get("labels") or {})
 
 
+@dataclass(frozen=True)
+class _ClaimFacts:
+    ours: tuple[tuple[str, str], ...]  # (pool, device) of our driver
+    partners: tuple[str, ...]  # other drivers' devices, as `partner_name`
+    users: frozenset[str]  # namespace/name of the pods it is reserved for
+
+
+@dataclass(frozen=True)
+class _PodFacts:
+    name: str
+    priority: int
+    started: float
+    kueue: bool
+    gone: bool  # being deleted or finished
+
+
+class ReadMemo:
+    """What preemption reads of each claim and pod, kept while the object is the same one: the
+    state replaces an object that changes, so a decision reads again only what changed since the
+    last. Entries of objects gone from the view go with the next read: bounded by the cluster."""
+
+    def __init__(self, driver: str) -> None:
+        self.driver = driver
+        self._claims: dict[Key, tuple[dict[str, Any], _ClaimFacts | None]] = {}
+        self._pods: dict[Key, tuple[dict[str, Any], _PodFacts]] = {}
+
+    def claim(self, key: Key, claim: dict[str, Any]) -> _ClaimFacts | None:
+        known = self._claims.get(key)
+        if known is not None and known[0] is claim:
+            return known[1]
+        results = allocated_results(claim)
+        facts = None
+        if results:
+            users = frozenset(
+                f"{key[0]}/{c.get('name')}"
+                for c in (claim.get("status") or {}).get("reservedFor") or []
+                if c.get("resource") == "pods"
+            )
+            ours = tuple((pool, device) for driver, pool, device, _ in results if driver == self.driver)
+            partners = tuple(partner_name(d, pool, device) for d, pool, device, _ in results if d != self.driver)
+            facts = _ClaimFacts(ours, partners, users)
+        self._claims[key] = (claim, facts)
+        return facts
+
+    def pod(self, key: Key, pod: dict[str, Any]) -> _PodFacts:
+        known = self._pods.get(key)
+        if known is not None and known[0] is pod:
+            return known[1]
+        facts = _PodFacts(
+            name_of(key), priority_of(pod), _started(pod), managed_by_kueue(pod), terminating(pod) or finished(pod)
+        )
+        self._pods[key] = (pod, facts)
+        return facts
+
+    def forget_missing(self, view: ClusterView) -> None:
+        if len(self._claims) > len(view.claims) + 64:
+            self._claims = {k: v for k, v in self._claims.items() if k in view.claims}
+        if len(self._pods) > len(view.pods) + 64:
+            self._pods = {k: v for k, v in self._pods.items() if k in view.pods}
+
+
 @dataclass
 class Occupancy:
     """Who holds which devices on which node, as preemption reads it from one view."""
@@ -170,6 +237,9 @@ class Occupancy:
     # empty: not known, nodes are judged by devices alone.
     admission: Mapping[str, NodeAdmission] = field(default_factory=dict)
     requested: Mapping[str, Requests] = field(default_factory=dict)
+    # Members that fit on an emptied node, by node model: for one preemptor's decision only.
+    emptied: dict[tuple[Any, int], int] = field(default_factory=dict)
+    memo: ReadMemo | None = None
     _usage: dict[tuple[str, frozenset[Key]], Usage] = field(default_factory=dict)
 
     @classmethod
@@ -180,35 +250,40 @@ class Occupancy:
         kept: Mapping[str, Usage],
         admission: Mapping[str, NodeAdmission] | None = None,
         requested: Mapping[str, Requests] | None = None,
+        *,
+        memo: ReadMemo | None = None,
     ) -> Occupancy:
-        occupancy = cls(view, driver, kept, admission=admission or {}, requested=requested or {})
+        memo = memo if memo is not None else ReadMemo(driver)
+        occupancy = cls(view, driver, kept, admission=admission or {}, requested=requested or {}, memo=memo)
         # Other drivers' devices our planning counts (a NIC aligned by NUMA node): a claim using one
         # holds its node too, so evicting its pod frees it.
-        partner_nodes = {d.name: node.name for node in view.nodes.values() for d in node.partners}
+        partner_nodes: dict[str, str] | None = None
+        nodes = view.nodes
+        claims_on, placed, held_by, users_of = occupancy.claims_on, occupancy.placed, occupancy.held, occupancy.users
         for key, claim in view.claims.items():
-            results = allocated_results(claim)
-            if not results:
+            facts = memo.claim(key, claim)
+            if facts is None:
                 continue
-            pools = set()
-            held = []
-            for result_driver, pool, device, _ in results:
-                node = pool if result_driver == driver else partner_nodes.get(partner_name(result_driver, pool, device))
-                if node is not None and node in view.nodes:
-                    pools.add(node)
-                    held.append(f"{result_driver}/{pool}/{device}")
-            users = frozenset(
-                f"{key[0]}/{c.get('name')}"
-                for c in (claim.get("status") or {}).get("reservedFor") or []
-                if c.get("resource") == "pods"
-            )
-            occupancy.users[key] = users
-            for pool in pools:
-                occupancy.claims_on[pool][key] = claim
+            pools = [pool for pool, _ in facts.ours if pool in nodes]
+            held = [f"{driver}/{pool}/{device}" for pool, device in facts.ours if pool in nodes]
+            if facts.partners:
+                if partner_nodes is None:
+                    partner_nodes = {d.name: node.name for node in nodes.values() for d in node.partners}
+                for name in facts.partners:
+                    node = partner_nodes.get(name)
+                    if node is not None:
+                        pools.append(node)
+                        held.append(name)
+            users = facts.users
+            users_of[key] = users
+            for pool in set(pools):
+                claims_on[pool][key] = claim
                 for user in users:
-                    occupancy.placed[user].add(pool)
+                    placed[user].add(pool)
             for user in users:
-                occupancy.held[user].extend(held)
-        occupancy.gone = frozenset(name_of(key) for key, pod in view.pods.items() if terminating(pod) or finished(pod))
+                held_by[user].extend(held)
+        occupancy.gone = frozenset(read.name for key, pod in view.pods.items() if (read := memo.pod(key, pod)).gone)
+        memo.forget_missing(view)
         return occupancy
 
     def usage(self, node: str, evicted: frozenset[str]) -> Usage:
@@ -217,6 +292,8 @@ class Occupancy:
         away = evicted | self.gone
         claims = self.claims_on.get(node, {})
         staying = frozenset(k for k in claims if not self.users[k] or not self.users[k] <= away)
+        if not staying and node not in self.kept:
+            return NOTHING_USED  # one object for every emptied node: fits are counted once per model
         cache_key = (node, staying)
         usage = self._usage.get(cache_key)
         if usage is None:
@@ -255,6 +332,9 @@ class Occupancy:
         return Victim(name, str(pod["metadata"].get("uid") or ""), tuple(sorted(self.held.get(name, ()))))
 
 
+NOTHING_USED = Usage()
+
+
 def _key(name: str) -> Key:
     namespace, _, pod = name.partition("/")
     return namespace, pod
@@ -280,31 +360,39 @@ def _candidates(
     """`victim_units`, the budgets that kept some lower-priority unit from being one, and how many
     pods those units hold."""
     view = occupancy.view
-    by_gang: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    singles: list[dict[str, Any]] = []
     members = view.members or {}
+    memo = occupancy.memo or ReadMemo(occupancy.driver)
+    placed, own = occupancy.placed, preemptor.own
+    by_gang: dict[str, list[tuple[dict[str, Any], _PodFacts]]] = defaultdict(list)
+    singles: list[tuple[dict[str, Any], _PodFacts]] = []
     for key, pod in view.pods.items():
-        name = name_of(key)
-        if name not in occupancy.placed or name in occupancy.gone or name in preemptor.own:
+        facts = memo.pod(key, pod)
+        name = facts.name
+        if name not in placed or facts.gone or name in own:
             continue
         entry = members.get(key)
         if entry is not None and entry.ref is not None and entry.member is not None:
-            by_gang[entry.ref.key].append(pod)
+            by_gang[entry.ref.key].append((pod, facts))
         else:
-            singles.append(pod)
-    groups = [(name_of(pod_key(pod)), [pod]) for pod in singles] + sorted(by_gang.items())
+            singles.append((pod, facts))
+    groups = [(facts.name, [(pod, facts)]) for pod, facts in singles] + sorted(
+        by_gang.items(), key=lambda item: item[0]
+    )
     allowed = {budget.key: budget.allowed for budget in budgets}
     units = []
     protecting: set[str] = set()
     held_back = 0
-    for unit_key, pods in groups:
-        names = tuple(sorted(name_of(pod_key(pod)) for pod in pods))
-        priorities = tuple(priority_of(pod) for pod in pods)
-        if max(priorities) >= preemptor.priority or blocked & set(names) or any(map(managed_by_kueue, pods)):
+    for unit_key, group in groups:
+        pods = sorted(group, key=lambda item: item[1].name) if len(group) > 1 else group
+        names = tuple(facts.name for _, facts in pods)
+        priorities = tuple(facts.priority for _, facts in pods)
+        if max(priorities) >= preemptor.priority or any(facts.kueue for _, facts in pods):
+            continue
+        if blocked and not blocked.isdisjoint(names):
             continue
         covered: dict[str, int] = defaultdict(int)
         twice = False
-        for pod in pods:
+        for pod, _ in pods if budgets else ():
             covering = [budget.key for budget in budgets if budget.covers(pod)]
             twice = twice or len(covering) > 1
             for budget_key in covering:
@@ -313,7 +401,7 @@ def _candidates(
             protecting.update(covered)
             held_back += len(pods)
             continue
-        started = min(_started(pod) for pod in pods)
+        started = min(facts.started for _, facts in pods)
         units.append(Unit(unit_key, names, priorities, started, tuple(sorted(covered.items()))))
     return units, protecting, held_back
 
@@ -339,7 +427,7 @@ class _RegionFit:
         self.nodes = nodes
         self.units = units
         self.matcher = matcher
-        self._counted: dict[tuple[str, int], int] = {}  # (node, id of a usage Occupancy keeps) -> fits
+        self._counted: dict[tuple[Any, int], int] = {}  # (node, id of a usage Occupancy keeps) -> fits
 
     def evicted(self, chosen: frozenset[int]) -> frozenset[str]:
         return frozenset(pod for i in chosen for pod in self.units[i].pods)
@@ -354,10 +442,12 @@ class _RegionFit:
         counts = {}
         for name in self.nodes:
             usage = occupancy.usage(name, evicted)  # one object per usage the node can have
-            fits = self._counted.get((name, id(usage)))
+            # An emptied node fits as its model does (`Node.model`: selectors read no identity).
+            cache, key = (occupancy.emptied, view.nodes[name].model) if usage is NOTHING_USED else (self._counted, name)
+            fits = cache.get((key, id(usage)))
             if fits is None:
                 fits, _ = count_members(view.nodes[name], usage, preemptor.demand, need, self.matcher)
-                self._counted[(name, id(usage))] = fits
+                cache[(key, id(usage))] = fits
             if fits and occupancy.admission:
                 fits = occupancy.room(name, freed.get(name, NONE), preemptor.requests, fits)
             if fits:
@@ -435,11 +525,10 @@ def decide(
     # One search budget for the whole decision, so many domains (a gang's racks) stay cheap, and
     # each domain searched only for sets cheaper than the best found so far.
     tests = max(MIN_TESTS_PER_REGION, EXACT_FIT_TESTS // max(1, len(preemptor.regions)))
-    by_node = units_by_node(units, occupancy)
-    for region, all_nodes in sorted(preemptor.regions.items()):
-        nodes = tuple(node for node in all_nodes if occupancy.admits(preemptor.specs, node))
-        mine = _freeing_indexed(by_node, nodes)
-        region_units = [units[i] for i in mine]
+    found = 0
+    for region, nodes, region_units, least in _regions_in_order(occupancy, preemptor, units, allowed):
+        if best is not None and least >= best.cost:
+            continue  # no set here can cost less than the best found: not worth a fit test
         fit = _RegionFit(occupancy, preemptor, nodes, region_units, matcher)
         if nodes and fit(frozenset()) is not None:
             pause()
@@ -458,12 +547,15 @@ def decide(
             if best is None:  # (with a best found, None may only mean "not cheaper here")
                 most_room = max(most_room, fit.room(frozenset(range(len(region_units)))))
             continue
+        found += 1
         if best is None or choice.cost < best.cost:
             victims = tuple(region_units[i] for i in sorted(choice.chosen))
             evicted = fit.evicted(choice.chosen)
             reserved = _reserve(occupancy, preemptor, evicted, choice.placement, matcher)
             identities = tuple(occupancy.victim(name) for name in sorted(evicted))
             best = Decision(preemptor, victims, choice.cost, region, reserved, choice.exact, identities)
+        if found >= CANDIDATE_REGIONS:
+            break
     if best is not None:
         return best
     reason = _why_not(preemptor, most_room)
@@ -474,6 +566,39 @@ def decide(
             f"PodDisruptionBudget{named}, and nativedra evicts none of them rather than part; {reason}"
         )
     return NoHelp(preemptor, reason, sum(len(unit.pods) for unit in units) + held_back)
+
+
+def _regions_in_order(
+    occupancy: Occupancy, preemptor: Preemptor, units: Sequence[Unit], allowed: Mapping[str, int]
+) -> Iterator[tuple[str, tuple[str, ...], list[Unit], Cost]]:
+    """Each region with the nodes the preemptor may use there, the units holding devices on them
+    and the least any set of them can cost (its cheapest single unit: every unit added raises the
+    priority sum); those whose every unit costs least to evict first (then by name): the likeliest
+    to hold the cheapest choice come first, so the candidate limit and the bound cut off the rest."""
+    by_node = units_by_node(units, occupancy)
+    # A unit alone breaks no budget (`victim_units` leaves out those that would).
+    alone = [Cost(0, unit.highest, unit.total, len(unit.pods), -unit.started) for unit in units]
+    ordered = []
+    for region, all_nodes in preemptor.regions.items():
+        nodes = tuple(node for node in all_nodes if occupancy.admits(preemptor.specs, node))
+        mine = _freeing_indexed(by_node, nodes)
+        region_units = [units[i] for i in mine]
+        if any(unit.budgets for unit in region_units):
+            emptied = cost_of(region_units, frozenset(range(len(region_units))), allowed)
+        else:  # the same figures, without counting budgets
+            highest = max((unit.highest for unit in region_units), default=NOTHING.highest)
+            emptied = Cost(
+                0,
+                highest,
+                sum(unit.total for unit in region_units),
+                sum(len(unit.pods) for unit in region_units),
+                -min((unit.started for unit in region_units if unit.highest == highest), default=-NOTHING.latest_start),
+            )
+        least = min((alone[i] for i in mine), default=INFINITE_COST)
+        ordered.append((emptied, region, nodes, region_units, least))
+    ordered.sort(key=lambda item: (item[0], item[1]))
+    for _, region, nodes, region_units, least in ordered:
+        yield region, nodes, region_units, least
 
 
 def units_by_node(units: Sequence[Unit], occupancy: Occupancy) -> dict[str, list[int]]:

@@ -46,6 +46,7 @@ from extender.preemption_plan import (
     NoHelp,
     Occupancy,
     Preemptor,
+    ReadMemo,
     gang_preemptor,
     may_preempt,
     name_of,
@@ -124,6 +125,7 @@ class Preemption:
         # Preemptors eviction would not help, not judged again before then (a full cluster's
         # waiting gangs would otherwise be judged every step).
         self._unhelped: dict[str, float] = {}
+        self._read = ReadMemo(decider.config.driver)  # what was read of each claim and pod, while unchanged
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(STEP_EVERY_S):
@@ -154,7 +156,7 @@ class Preemption:
         budgets = [Budget.from_api(pdb) for pdb in view.budgets.values()]
         admission, requested = self.state.node_room()
         kept = kept_usage(view.reservations.values())
-        occupancy = Occupancy.of(view, self.decider.config.driver, kept, admission, requested)
+        occupancy = Occupancy.of(view, self.decider.config.driver, kept, admission, requested, memo=self._read)
         for preemptor, pods in waiting:
             decision = decide_preemption(
                 occupancy, preemptor, budgets, self.decider.matcher, blocked, pause=_courteous()

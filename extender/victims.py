@@ -19,6 +19,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Generic, TypeVar
 
 PRIORITY_OFFSET = 2**31  # MaxInt32 + 1, as the scheduler adds before summing
@@ -38,9 +39,14 @@ class Unit:
     started: float  # the earliest start among its pods, unix seconds
     budgets: tuple[tuple[str, int], ...] = ()  # (PodDisruptionBudget, pods of this unit it covers)
 
-    @property
+    @cached_property
     def highest(self) -> int:
         return max(self.priorities)
+
+    @cached_property
+    def total(self) -> int:
+        """Its share of a set's priority sum."""
+        return sum(p + PRIORITY_OFFSET for p in self.priorities)
 
 
 @dataclass(frozen=True, order=True)
@@ -68,7 +74,7 @@ def cost_of(units: Sequence[Unit], chosen: frozenset[int], allowed: Mapping[str,
             covered[budget] += pods
     violations = sum(max(0, pods - allowed.get(budget, 0)) for budget, pods in covered.items())
     highest = max(units[i].highest for i in chosen)
-    total = sum(p + PRIORITY_OFFSET for i in chosen for p in units[i].priorities)
+    total = sum(units[i].total for i in chosen)
     pods = sum(len(units[i].pods) for i in chosen)
     earliest = min(units[i].started for i in chosen if units[i].highest == highest)
     return Cost(violations, highest, total, pods, -earliest)
