@@ -10,7 +10,15 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from bench import bench_extender, bench_native_gang, bench_preemption, bench_prepare, bench_scheduler, bench_slices
+from bench import (
+    bench_extender,
+    bench_native_gang,
+    bench_preemption,
+    bench_preemption_oracle,
+    bench_prepare,
+    bench_scheduler,
+    bench_slices,
+)
 from nativedra.cluster import ControlPlane, resolve
 
 BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]] = {
@@ -21,6 +29,7 @@ BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]]
     "scheduler_5000": bench_scheduler.run_large,
     "native_gang": bench_native_gang.run,
     "preemption": bench_preemption.run,
+    "preemption_oracle": bench_preemption_oracle.run,
 }
 
 

@@ -71,7 +71,7 @@ REPEAT_AFTER_S = 600.0  # the same "would not help" is told to a pod again after
 JUDGE_AGAIN_S = 10.0  # a preemptor eviction would not help is judged again after this long
 API_TIMEOUT_S = 10.0
 COURTESY_S = 0.002  # a decision lets requests run at least this often
-TOO_MANY_REQUESTS, NOT_FOUND, CONFLICT = 429, 404, 409
+NOT_FOUND, CONFLICT = 404, 409
 DRY_RUN = "All"
 Key = tuple[str, str]
 
@@ -295,11 +295,11 @@ class Preemption:
                 if error.status in (NOT_FOUND, CONFLICT):  # gone, or replaced by a pod of the same name
                     EVICTIONS.labels("gone").inc()
                     continue
-                if error.status == TOO_MANY_REQUESTS:
-                    self._refused(victim, error, "the eviction")
-                    self._withdraw(reservation)
-                    return
-                raise
+                # Refused after its dry run passed (a budget spent meanwhile, a policy, two budgets):
+                # what is left of the decision is dropped, not tried again every step.
+                self._refused(victim, error, "the eviction")
+                self._withdraw(reservation)
+                return
             EVICTIONS.labels("evicted").inc()
             nodes = ", ".join(sorted(set(reservation.nodes)))
             self._event(
