@@ -22,9 +22,9 @@ from extender.membership import node_of
 from extender.node_groups import NodeGroups
 from extender.node_usage import Node, Usage
 from extender.planner import ClusterPlan
-from extender.preemption_plan import name_of
 from extender.reservation import Reservation
 from extender.scoring import score
+from extender.victim_index import name_of
 from extender.view import ClusterView
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ by UID with the devices they held (extender.reservation.Victim).
 
 from __future__ import annotations
 
-import math
+import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,8 +27,7 @@ from typing import Any
 from extender.capacity import Matcher, count_members
 from extender.demand import Demand
 from extender.eligibility import eligible, selector_matches
-from extender.kueue import managed_by_kueue
-from extender.lag import pod_key, timestamp
+from extender.lag import pod_key
 from extender.node_admission import (
     NONE,
     NodeAdmission,
@@ -38,11 +37,12 @@ from extender.node_admission import (
     pod_requests,
     refusal,
 )
-from extender.node_usage import Node, Usage, allocated_results, partner_name, usage_from
+from extender.node_usage import Node, Usage, usage_from
 from extender.plan_model import Gang
 from extender.planner import gang_domains
 from extender.reservation import Reservation, Reserved, Victim, lease_name
-from extender.victims import EXACT_FIT_TESTS, NOTHING, Cost, Unit, cheapest, cost_of
+from extender.victim_index import VictimIndex, key_of, name_of, priority_of
+from extender.victims import EXACT_FIT_TESTS, Cost, Unit, cheapest
 from extender.view import ClusterView
 
 Key = tuple[str, str]
@@ -52,15 +52,6 @@ MIN_TESTS_PER_REGION = 64  # exact search in each region at least this far befor
 # DefaultPreemption's candidate limit (max(10% of nodes, 100), from a random offset), so a decision
 # on a cluster of 10,000 single-node regions stays bounded.
 CANDIDATE_REGIONS = 100
-INFINITE_COST = Cost(2**62, 2**62, 2**62, 2**62, math.inf)
-
-
-def name_of(key: Key) -> str:
-    return f"{key[0]}/{key[1]}"
-
-
-def priority_of(pod: dict[str, Any]) -> int:
-    return int((pod.get("spec") or {}).get("priority") or 0)
 
 
 def may_preempt(pod: dict[str, Any]) -> bool:
@@ -73,14 +64,6 @@ def unschedulable(pod: dict[str, Any]) -> bool:
         c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
         for c in (pod.get("status") or {}).get("conditions") or []
     )
-
-
-def terminating(pod: dict[str, Any]) -> bool:
-    return bool(pod["metadata"].get("deletionTimestamp"))
-
-
-def finished(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -160,87 +143,23 @@ class Budget:
         return metadata["namespace"] == self.namespace and selector_matches(self.selector, metadata.get("labels") or {})
 
 
-@dataclass(frozen=True)
-class _ClaimFacts:
-    ours: tuple[tuple[str, str], ...]  # (pool, device) of our driver
-    partners: tuple[str, ...]  # other drivers' devices, as `partner_name`
-    users: frozenset[str]  # namespace/name of the pods it is reserved for
-
-
-@dataclass(frozen=True)
-class _PodFacts:
-    name: str
-    priority: int
-    started: float
-    kueue: bool
-    gone: bool  # being deleted or finished
-
-
-class ReadMemo:
-    """What preemption reads of each claim and pod, kept while the object is the same one: the
-    state replaces an object that changes, so a decision reads again only what changed since the
-    last. Entries of objects gone from the view go with the next read: bounded by the cluster."""
-
-    def __init__(self, driver: str) -> None:
-        self.driver = driver
-        self._claims: dict[Key, tuple[dict[str, Any], _ClaimFacts | None]] = {}
-        self._pods: dict[Key, tuple[dict[str, Any], _PodFacts]] = {}
-
-    def claim(self, key: Key, claim: dict[str, Any]) -> _ClaimFacts | None:
-        known = self._claims.get(key)
-        if known is not None and known[0] is claim:
-            return known[1]
-        results = allocated_results(claim)
-        facts = None
-        if results:
-            users = frozenset(
-                f"{key[0]}/{c.get('name')}"
-                for c in (claim.get("status") or {}).get("reservedFor") or []
-                if c.get("resource") == "pods"
-            )
-            ours = tuple((pool, device) for driver, pool, device, _ in results if driver == self.driver)
-            partners = tuple(partner_name(d, pool, device) for d, pool, device, _ in results if d != self.driver)
-            facts = _ClaimFacts(ours, partners, users)
-        self._claims[key] = (claim, facts)
-        return facts
-
-    def pod(self, key: Key, pod: dict[str, Any]) -> _PodFacts:
-        known = self._pods.get(key)
-        if known is not None and known[0] is pod:
-            return known[1]
-        facts = _PodFacts(
-            name_of(key), priority_of(pod), _started(pod), managed_by_kueue(pod), terminating(pod) or finished(pod)
-        )
-        self._pods[key] = (pod, facts)
-        return facts
-
-    def forget_missing(self, view: ClusterView) -> None:
-        if len(self._claims) > len(view.claims) + 64:
-            self._claims = {k: v for k, v in self._claims.items() if k in view.claims}
-        if len(self._pods) > len(view.pods) + 64:
-            self._pods = {k: v for k, v in self._pods.items() if k in view.pods}
-
-
 @dataclass
 class Occupancy:
-    """Who holds which devices on which node, as preemption reads it from one view."""
+    """Who holds which devices on which node, as preemption reads it from one view (through a
+    `VictimIndex` brought up to that view: a replica keeps one for its life)."""
 
     view: ClusterView
     driver: str
     kept: Mapping[str, Usage]  # node -> devices kept for other preemptors
-    claims_on: dict[str, dict[Key, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
-    users: dict[Key, frozenset[str]] = field(default_factory=dict)  # claim -> pods it is reserved for
-    placed: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # pod -> nodes of its claims
-    held: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # pod -> driver/pool/device
-    gone: frozenset[str] = frozenset()  # pods being deleted or finished: their devices count as free
+    index: VictimIndex
     # Admission facts of the nodes and what every pod bound to each asks (the state's `node_room`);
     # empty: not known, nodes are judged by devices alone.
     admission: Mapping[str, NodeAdmission] = field(default_factory=dict)
     requested: Mapping[str, Requests] = field(default_factory=dict)
     # Members that fit on an emptied node, by node model: for one preemptor's decision only.
     emptied: dict[tuple[Any, int], int] = field(default_factory=dict)
-    memo: ReadMemo | None = None
     _usage: dict[tuple[str, frozenset[Key]], Usage] = field(default_factory=dict)
+    _gangs: dict[str, list[Key]] | None = None
 
     @classmethod
     def of(
@@ -251,54 +170,40 @@ class Occupancy:
         admission: Mapping[str, NodeAdmission] | None = None,
         requested: Mapping[str, Requests] | None = None,
         *,
-        memo: ReadMemo | None = None,
+        index: VictimIndex | None = None,
     ) -> Occupancy:
-        memo = memo if memo is not None else ReadMemo(driver)
-        occupancy = cls(view, driver, kept, admission=admission or {}, requested=requested or {}, memo=memo)
-        # Other drivers' devices our planning counts (a NIC aligned by NUMA node): a claim using one
-        # holds its node too, so evicting its pod frees it.
-        partner_nodes: dict[str, str] | None = None
-        nodes = view.nodes
-        claims_on, placed, held_by, users_of = occupancy.claims_on, occupancy.placed, occupancy.held, occupancy.users
-        for key, claim in view.claims.items():
-            facts = memo.claim(key, claim)
-            if facts is None:
-                continue
-            pools = [pool for pool, _ in facts.ours if pool in nodes]
-            held = [f"{driver}/{pool}/{device}" for pool, device in facts.ours if pool in nodes]
-            if facts.partners:
-                if partner_nodes is None:
-                    partner_nodes = {d.name: node.name for node in nodes.values() for d in node.partners}
-                for name in facts.partners:
-                    node = partner_nodes.get(name)
-                    if node is not None:
-                        pools.append(node)
-                        held.append(name)
-            users = facts.users
-            users_of[key] = users
-            for pool in set(pools):
-                claims_on[pool][key] = claim
-                for user in users:
-                    placed[user].add(pool)
-            for user in users:
-                held_by[user].extend(held)
-        occupancy.gone = frozenset(read.name for key, pod in view.pods.items() if (read := memo.pod(key, pod)).gone)
-        memo.forget_missing(view)
-        return occupancy
+        index = index if index is not None else VictimIndex(driver)
+        index.update(view)
+        return cls(view, driver, kept, index, admission or {}, requested or {})
+
+    @property
+    def placed(self) -> Mapping[str, set[str]]:
+        """pod -> the nodes its claims hold devices on."""
+        return self.index.placed
+
+    @property
+    def gone(self) -> set[str]:
+        """Pods being deleted or finished: their devices count as free."""
+        return self.index.gone
 
     def usage(self, node: str, evicted: frozenset[str]) -> Usage:
         """The node's usage once `evicted` and every pod being deleted are gone, with what is kept
         for other preemptors. A claim stays in use while any pod it is reserved for stays."""
-        away = evicted | self.gone
-        claims = self.claims_on.get(node, {})
-        staying = frozenset(k for k in claims if not self.users[k] or not self.users[k] <= away)
+        index = self.index
+        keys = index.node_claims.get(node, ())
+        staying = frozenset(
+            key
+            for key in keys
+            if not (users := index.claims[key][0].users)  # type: ignore[union-attr] # (no facts: no node)
+            or any(user not in evicted and user not in index.gone for user in users)
+        )
         if not staying and node not in self.kept:
             return NOTHING_USED  # one object for every emptied node: fits are counted once per model
         cache_key = (node, staying)
         usage = self._usage.get(cache_key)
         if usage is None:
             model = self.view.nodes[node]
-            usage = usage_from([claims[k] for k in staying], {node: model}, self.driver)[node]
+            usage = usage_from([self.view.claims[k] for k in staying], {node: model}, self.driver)[node]
             if node in self.kept:
                 usage = usage.plus(self.kept[node])
             self._usage[cache_key] = usage
@@ -321,23 +226,27 @@ class Occupancy:
         """What the evicted pods ask of their nodes, by node: it is free once they are gone."""
         by_node: dict[str, Requests] = {}
         for name in evicted:
-            pod = self.view.pods.get(_key(name))
+            pod = self.view.pods.get(key_of(name))
             if pod is not None and counts_on_node(pod):
                 node = pod["spec"]["nodeName"]
                 by_node[node] = by_node.get(node, NONE).plus(pod_requests(pod))
         return by_node
 
     def victim(self, name: str) -> Victim:
-        pod = self.view.pods[_key(name)]
-        return Victim(name, str(pod["metadata"].get("uid") or ""), tuple(sorted(self.held.get(name, ()))))
+        pod = self.view.pods[key_of(name)]
+        return Victim(name, str(pod["metadata"].get("uid") or ""), tuple(sorted(self.index.held(name))))
+
+    def gang_pods(self, gang: str) -> list[Key]:
+        """The pods of a gang (as the view's membership has them), worked out once per decision."""
+        if self._gangs is None:
+            self._gangs = defaultdict(list)
+            for key, entry in (self.view.members or {}).items():
+                if entry.ref is not None and entry.member is not None:
+                    self._gangs[entry.ref.key].append(key)
+        return self._gangs.get(gang, [])
 
 
 NOTHING_USED = Usage()
-
-
-def _key(name: str) -> Key:
-    namespace, _, pod = name.partition("/")
-    return namespace, pod
 
 
 def budgets_of(pdbs: Iterable[dict[str, Any]]) -> list[Budget]:
@@ -351,64 +260,77 @@ def victim_units(
     A gang with any member at or above the preemptor's priority is no victim (not half of it), nor
     is a unit with a Kueue-managed pod, or one its budgets do not allow to go whole (a pod under
     two budgets the Eviction API refuses outright)."""
-    return _candidates(occupancy, preemptor, budgets, blocked)[0]
+    candidates = _Candidates(occupancy, preemptor, budgets, blocked)
+    return candidates.on(tuple(occupancy.view.nodes))
 
 
-def _candidates(
-    occupancy: Occupancy, preemptor: Preemptor, budgets: Sequence[Budget], blocked: frozenset[str]
-) -> tuple[list[Unit], set[str], int]:
-    """`victim_units`, the budgets that kept some lower-priority unit from being one, and how many
-    pods those units hold."""
-    view = occupancy.view
-    members = view.members or {}
-    memo = occupancy.memo or ReadMemo(occupancy.driver)
-    placed, own = occupancy.placed, preemptor.own
-    by_gang: dict[str, list[tuple[dict[str, Any], _PodFacts]]] = defaultdict(list)
-    singles: list[tuple[dict[str, Any], _PodFacts]] = []
-    for key, pod in view.pods.items():
-        facts = memo.pod(key, pod)
-        name = facts.name
-        if name not in placed or facts.gone or name in own:
-            continue
-        entry = members.get(key)
-        if entry is not None and entry.ref is not None and entry.member is not None:
-            by_gang[entry.ref.key].append((pod, facts))
-        else:
-            singles.append((pod, facts))
-    groups = [(facts.name, [(pod, facts)]) for pod, facts in singles] + sorted(
-        by_gang.items(), key=lambda item: item[0]
-    )
-    allowed = {budget.key: budget.allowed for budget in budgets}
-    units = []
-    protecting: set[str] = set()
-    held_back = 0
-    for unit_key, group in groups:
-        pods = sorted(group, key=lambda item: item[1].name) if len(group) > 1 else group
+class _Candidates:
+    """The victim units of one decision, worked out node by node as regions are searched: each unit
+    once (the same object in every region it spans), with the budgets that held some back."""
+
+    def __init__(
+        self, occupancy: Occupancy, preemptor: Preemptor, budgets: Sequence[Budget], blocked: frozenset[str]
+    ) -> None:
+        self.occupancy = occupancy
+        self.preemptor = preemptor
+        self.budgets = budgets
+        self.blocked = blocked
+        self.allowed = {budget.key: budget.allowed for budget in budgets}
+        self._units: dict[str, Unit | None] = {}
+        self.protecting: set[str] = set()
+        self.held_back = 0
+
+    def on(self, nodes: tuple[str, ...]) -> list[Unit]:
+        """The units holding devices on one of `nodes`, in a stable order."""
+        index, members = self.occupancy.index, self.occupancy.view.members or {}
+        found: dict[str, Unit] = {}
+        for node in nodes:
+            for facts in index.holders(node):
+                if facts.name in self.preemptor.own:
+                    continue
+                key = key_of(facts.name)
+                entry = members.get(key)
+                gang = entry.ref.key if entry is not None and entry.ref is not None and entry.member else None
+                unit_key = gang or facts.name
+                if unit_key not in self._units:
+                    self._units[unit_key] = self._unit(unit_key, gang, key)
+                unit = self._units[unit_key]
+                if unit is not None:
+                    found[unit_key] = unit
+        return [found[key] for key in sorted(found)]
+
+    def _unit(self, unit_key: str, gang: str | None, key: Key) -> Unit | None:
+        occupancy, index = self.occupancy, self.occupancy.index
+        keys = occupancy.gang_pods(gang) if gang is not None else [key]
+        pods = [
+            (occupancy.view.pods[k], facts)
+            for k in keys
+            if (facts := index.pods.get(k)) is not None and facts.name in index.placed and not facts.gone
+        ]
+        pods.sort(key=lambda item: item[1].name)
         names = tuple(facts.name for _, facts in pods)
         priorities = tuple(facts.priority for _, facts in pods)
-        if max(priorities) >= preemptor.priority or any(facts.kueue for _, facts in pods):
-            continue
-        if blocked and not blocked.isdisjoint(names):
-            continue
+        if not pods or max(priorities) >= self.preemptor.priority or any(facts.kueue for _, facts in pods):
+            return None
+        if self.blocked and not self.blocked.isdisjoint(names):
+            return None
         covered: dict[str, int] = defaultdict(int)
         twice = False
-        for pod, _ in pods if budgets else ():
-            covering = [budget.key for budget in budgets if budget.covers(pod)]
+        for pod, _ in pods if self.budgets else ():
+            covering = [budget.key for budget in self.budgets if budget.covers(pod)]
             twice = twice or len(covering) > 1
             for budget_key in covering:
                 covered[budget_key] += 1
-        if twice or any(count > allowed[budget_key] for budget_key, count in covered.items()):
-            protecting.update(covered)
-            held_back += len(pods)
-            continue
+        if twice or any(count > self.allowed[budget_key] for budget_key, count in covered.items()):
+            self.protecting.update(covered)
+            self.held_back += len(pods)
+            return None
         started = min(facts.started for _, facts in pods)
-        units.append(Unit(unit_key, names, priorities, started, tuple(sorted(covered.items()))))
-    return units, protecting, held_back
+        return Unit(unit_key, names, priorities, started, tuple(sorted(covered.items())))
 
-
-def _started(pod: dict[str, Any]) -> float:
-    status = pod.get("status") or {}
-    return timestamp(status.get("startTime") or pod["metadata"].get("creationTimestamp"))
+    def seen(self) -> int:
+        """Pods of the units met so far: what the preemptor could have had evicted."""
+        return sum(len(unit.pods) for unit in self._units.values() if unit is not None) + self.held_back
 
 
 class _RegionFit:
@@ -517,8 +439,8 @@ def decide(
 ) -> Decision | NoHelp:
     """The cheapest region and victims for the preemptor, or why evicting would not help.
     `pause` runs after each region: the caller's chance to let requests have the interpreter."""
-    units, protecting, held_back = _candidates(occupancy, preemptor, budgets, blocked)
-    allowed = {budget.key: budget.allowed for budget in budgets}
+    candidates = _Candidates(occupancy, preemptor, budgets, blocked)
+    allowed = candidates.allowed
     best: Decision | None = None
     most_room = 0
     budgets_refused = False
@@ -526,9 +448,10 @@ def decide(
     # each domain searched only for sets cheaper than the best found so far.
     tests = max(MIN_TESTS_PER_REGION, EXACT_FIT_TESTS // max(1, len(preemptor.regions)))
     found = 0
-    for region, nodes, region_units, least in _regions_in_order(occupancy, preemptor, units, allowed):
+    for region, nodes, least in _regions_in_order(occupancy, preemptor, pause):
         if best is not None and least >= best.cost:
             continue  # no set here can cost less than the best found: not worth a fit test
+        region_units = candidates.on(nodes)
         fit = _RegionFit(occupancy, preemptor, nodes, region_units, matcher)
         if nodes and fit(frozenset()) is not None:
             pause()
@@ -536,7 +459,7 @@ def decide(
                 preemptor,
                 f"{preemptor.what} fits in {region} without evicting anything: "
                 "what keeps it waiting is not devices, so no pod is preempted for it",
-                sum(len(unit.pods) for unit in units),
+                candidates.seen(),
             )
         choice = cheapest(region_units, allowed, fit, exact_tests=tests, bound=None if best is None else best.cost)
         pause()
@@ -559,67 +482,40 @@ def decide(
     if best is not None:
         return best
     reason = _why_not(preemptor, most_room)
-    if budgets_refused or protecting:
+    if budgets_refused or candidates.protecting:
+        protecting = candidates.protecting
         named = f" ({', '.join(sorted(protecting))})" if protecting else ""
         reason = (
             f"{preemptor.what}: evicting the lower-priority pods that would make room would break a "
             f"PodDisruptionBudget{named}, and nativedra evicts none of them rather than part; {reason}"
         )
-    return NoHelp(preemptor, reason, sum(len(unit.pods) for unit in units) + held_back)
+    return NoHelp(preemptor, reason, candidates.seen())
 
 
 def _regions_in_order(
-    occupancy: Occupancy, preemptor: Preemptor, units: Sequence[Unit], allowed: Mapping[str, int]
-) -> Iterator[tuple[str, tuple[str, ...], list[Unit], Cost]]:
-    """Each region with the nodes the preemptor may use there, the units holding devices on them
-    and the least any set of them can cost (its cheapest single unit: every unit added raises the
-    priority sum); those whose every unit costs least to evict first (then by name): the likeliest
-    to hold the cheapest choice come first, so the candidate limit and the bound cut off the rest."""
-    by_node = units_by_node(units, occupancy)
-    # A unit alone breaks no budget (`victim_units` leaves out those that would).
-    alone = [Cost(0, unit.highest, unit.total, len(unit.pods), -unit.started) for unit in units]
+    occupancy: Occupancy, preemptor: Preemptor, pause: Callable[[], None]
+) -> Iterator[tuple[str, tuple[str, ...], Cost]]:
+    """Each region with the nodes the preemptor may use there and the least any set of victims
+    there can cost; those whose lower-priority pods cost least to evict all first (then by name):
+    the likeliest to hold the cheapest choice come first, so the candidate limit and the bound cut
+    off the rest. Read from the index's per-node summaries: no unit is made for the order."""
     ordered = []
-    for region, all_nodes in preemptor.regions.items():
+    for count, (region, all_nodes) in enumerate(preemptor.regions.items()):
+        if count % 64 == 0:
+            pause()
         nodes = tuple(node for node in all_nodes if occupancy.admits(preemptor.specs, node))
-        mine = _freeing_indexed(by_node, nodes)
-        region_units = [units[i] for i in mine]
-        if any(unit.budgets for unit in region_units):
-            emptied = cost_of(region_units, frozenset(range(len(region_units))), allowed)
-        else:  # the same figures, without counting budgets
-            highest = max((unit.highest for unit in region_units), default=NOTHING.highest)
-            emptied = Cost(
-                0,
-                highest,
-                sum(unit.total for unit in region_units),
-                sum(len(unit.pods) for unit in region_units),
-                -min((unit.started for unit in region_units if unit.highest == highest), default=-NOTHING.latest_start),
-            )
-        least = min((alone[i] for i in mine), default=INFINITE_COST)
-        ordered.append((emptied, region, nodes, region_units, least))
-    ordered.sort(key=lambda item: (item[0], item[1]))
-    for _, region, nodes, region_units, least in ordered:
-        yield region, nodes, region_units, least
-
-
-def units_by_node(units: Sequence[Unit], occupancy: Occupancy) -> dict[str, list[int]]:
-    """Each node's units (those holding devices there), in unit order: built once per decision, so
-    a region looks at its own nodes' units, not at every unit of the cluster."""
-    found: dict[str, list[int]] = defaultdict(list)
-    for index, unit in enumerate(units):
-        for node in {node for pod in unit.pods for node in occupancy.placed[pod]}:
-            found[node].append(index)
-    return found
+        emptied, least = occupancy.index.region_costs(nodes, preemptor.priority)
+        ordered.append((emptied, region, nodes, least))
+    heapq.heapify(ordered)  # taken in order only as far as the search goes
+    while ordered:
+        _, region, nodes, least = heapq.heappop(ordered)
+        yield region, nodes, least
 
 
 def _freeing(units: Sequence[Unit], occupancy: Occupancy, nodes: tuple[str, ...]) -> list[int]:
     """Units holding devices on one of `nodes`: the others free nothing there."""
-    return _freeing_indexed(units_by_node(units, occupancy), nodes)
-
-
-def _freeing_indexed(by_node: Mapping[str, list[int]], nodes: tuple[str, ...]) -> list[int]:
-    if len(nodes) == 1:
-        return by_node.get(nodes[0], [])
-    return sorted({index for node in nodes for index in by_node.get(node, ())})
+    region = set(nodes)
+    return [i for i, unit in enumerate(units) if any(occupancy.placed.get(pod, set()) & region for pod in unit.pods)]
 
 
 def _reserve(
@@ -685,7 +581,7 @@ def gang_preemptor(gang: Gang, view: ClusterView, priority: int) -> Preemptor:
     waiting = [
         pod
         for member in gang.members
-        if (pod := view.pods.get(_key(member.pod))) is not None and not (pod.get("spec") or {}).get("nodeName")
+        if (pod := view.pods.get(key_of(member.pod))) is not None and not (pod.get("spec") or {}).get("nodeName")
     ]
     asks = [pod_requests(pod) for pod in waiting] or [NONE]
     most = Requests(max(r.cpu for r in asks), max(r.memory for r in asks), 1)

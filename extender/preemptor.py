@@ -46,18 +46,15 @@ from extender.preemption_plan import (
     NoHelp,
     Occupancy,
     Preemptor,
-    ReadMemo,
     gang_preemptor,
     may_preempt,
-    name_of,
     pod_preemptor,
-    priority_of,
-    terminating,
     unschedulable,
 )
 from extender.preemption_plan import decide as decide_preemption
 from extender.reservation import Reservation, Victim, lease_body
 from extender.state import ClusterState
+from extender.victim_index import VictimIndex, name_of, priority_of, terminating
 from extender.view import ClusterView
 from kube.events import pod_event
 from kube.names import DRIVER_NAME
@@ -125,7 +122,7 @@ class Preemption:
         # Preemptors eviction would not help, not judged again before then (a full cluster's
         # waiting gangs would otherwise be judged every step).
         self._unhelped: dict[str, float] = {}
-        self._read = ReadMemo(decider.config.driver)  # what was read of each claim and pod, while unchanged
+        self._index = VictimIndex(decider.config.driver)  # who holds what, brought up to each view
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(STEP_EVERY_S):
@@ -156,7 +153,7 @@ class Preemption:
         budgets = [Budget.from_api(pdb) for pdb in view.budgets.values()]
         admission, requested = self.state.node_room()
         kept = kept_usage(view.reservations.values())
-        occupancy = Occupancy.of(view, self.decider.config.driver, kept, admission, requested, memo=self._read)
+        occupancy = Occupancy.of(view, self.decider.config.driver, kept, admission, requested, index=self._index)
         for preemptor, pods in waiting:
             decision = decide_preemption(
                 occupancy, preemptor, budgets, self.decider.matcher, blocked, pause=_courteous()
