@@ -94,9 +94,7 @@ def eviction_webhook(plane: ControlPlane, namespace: str, *, hold_first: bool = 
     webhook = {
         "name": "evictions.e2e.nativedra.dev",
         "clientConfig": {"url": url, "caBundle": base64.b64encode(certs.ca_cert.read_bytes()).decode()},
-        "rules": [
-            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}
-        ],
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}],
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
         "failurePolicy": "Fail",
         "sideEffects": "None",  # dry runs are sent to it too
