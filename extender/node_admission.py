@@ -93,6 +93,11 @@ class NodeAdmission:
     allocatable: Requests | None  # None: the node has reported none yet (the scheduler then decides)
     unschedulable: bool
 
+    @property
+    def open(self) -> bool:
+        """No taint and no cordon: every pod passes (most nodes; asked once per node per decision)."""
+        return not self.taints and not self.unschedulable
+
     @classmethod
     def of(cls, node: dict[str, Any]) -> NodeAdmission:
         spec = node.get("spec") or {}

@@ -212,7 +212,7 @@ class Occupancy:
     def admits(self, pod_specs: Iterable[dict[str, Any]], node: str) -> bool:
         """Whether every spec passes the node's taints and cordon (evictions change neither)."""
         admission = self.admission.get(node)
-        return admission is None or all(refusal(spec, node, admission) is None for spec in pod_specs)
+        return admission is None or admission.open or all(refusal(spec, node, admission) is None for spec in pod_specs)
 
     def room(self, node: str, freed: Requests, each: Requests, need: int) -> int:
         """How many members asking `each` the node has CPU, memory and pod slots for once pods

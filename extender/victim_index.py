@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass, field
 from typing import Any
 
@@ -256,10 +256,14 @@ class VictimIndex:
         facts, _ = self.claims[key]
         return facts.users if facts is not None else frozenset()
 
-    def region_costs(self, nodes: Iterable[str], priority: int) -> tuple[tuple[int, int, int, int, float], Cost]:
+    def region_costs(self, nodes: Sequence[str], priority: int) -> tuple[tuple[int, int, int, int, float], Cost]:
         """What evicting every pod below `priority` on the nodes would cost, as the fields of a
         `Cost` (gangs not made whole: an order, not a decision; a plain tuple sorts fast), and the
         least any set of them can cost (no set costs less than its cheapest single pod)."""
+        if len(nodes) == 1:  # a pod's region: one node, its summary as it is
+            self.holders(nodes[0])
+            highest, total, pods, earliest, least = self._holders[nodes[0]].costs(priority)
+            return ((0, highest, total, pods, -earliest) if pods else astuple(NOTHING)), least
         highest, total, pods, earliest, least = NOTHING.highest, 0, 0, math.inf, INFINITE_COST
         for node in nodes:
             self.holders(node)
