@@ -408,17 +408,50 @@ def test_a_statefulset_victims_replacement_of_the_same_name_is_never_evicted(
 def test_no_pod_is_evicted_on_a_node_the_preemptor_cannot_use(
     env: tuple[ExtenderCluster, str], classes: dict[str, str]
 ) -> None:
-    """The cheapest victims run on a node the preemptor does not tolerate the taint of, and on a
-    cordoned node; the scheduler would never put it there, so the dearer pods of node c go."""
+    """The cheapest victims run on a node the preemptor does not tolerate the taint of, on a
+    cordoned node, and on a node whose CPUs a pod without GPUs holds; the scheduler would never put
+    the preemptor there, whatever is evicted, so the dearer pods of the last node go."""
     harness, namespace = env
-    tainted, cordoned, usable = harness.add_gpu_nodes(3)
-    low = _fill(harness, namespace, [tainted, cordoned], classes["low"], "low")
+    tainted, cordoned, crowded, usable = harness.add_gpu_nodes(4)
+    low = _fill(harness, namespace, [tainted, cordoned, crowded], classes["low"], "low")
     mid = _fill(harness, namespace, [usable], classes["mid"], "mid")
     core = client.CoreV1Api(harness.api)
     taint = {"key": "e2e.nativedra.dev/team", "value": "x", "effect": "NoSchedule"}
     core.patch_node(tainted, {"spec": {"taints": [taint]}})
     core.patch_node(cordoned, {"spec": {"unschedulable": True}})
-    gpu_pod(harness.api, namespace, "big", "gpus-8", priority_class=classes["high"])
+    allocatable = int(core.read_node(crowded).status.allocatable["cpu"])
+    hog = {
+        "metadata": {"name": "cpu-hog"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": crowded},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/busy:1",
+                    "resources": {"requests": {"cpu": str(allocatable - 2)}},
+                }
+            ],
+        },
+    }
+    core.create_namespaced_pod(namespace, hog)
+    wait_for(lambda: bound(harness.api, namespace, ["cpu-hog"]), 60, "the CPU hog bound")
+    big = {  # 8 GPUs and 4 CPUs: the crowded node has 2 left, whatever is evicted of the GPU pods
+        "metadata": {"name": "big"},
+        "spec": {
+            "priorityClassName": classes["high"],
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/cuda:12",
+                    "resources": {"requests": {"cpu": "4"}, "claims": [{"name": "gpus"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpus-8"}],
+        },
+    }
+    core.create_namespaced_pod(namespace, big)
     node = wait_for(lambda: bound(harness.api, namespace, ["big"]).get("big"), BOUND_S, "the 8-GPU pod bound")
     assert node == usable
     assert _gone(harness, namespace, low) == []
@@ -535,3 +568,27 @@ def test_a_victim_the_api_refuses_to_evict_stops_the_decision_before_anything_go
     finally:
         admission.delete_validating_admission_policy_binding(name)
         admission.delete_validating_admission_policy(name)
+
+
+def test_a_pod_with_admin_access_holds_no_device_so_nothing_is_evicted_for_its_gpus(
+    env: tuple[ExtenderCluster, str], classes: dict[str, str]
+) -> None:
+    """A monitoring pod has adminAccess to all 8 GPUs of node a (DRAAdminAccess is GA and on in
+    1.37; the namespace carries the admin-access label). The scheduler counts such an allocation as
+    using nothing, so an 8-GPU pod fits on node a at once: nothing is evicted on node b for it."""
+    harness, namespace = env
+    core = client.CoreV1Api(harness.api)
+    core.patch_namespace(namespace, {"metadata": {"labels": {"resource.kubernetes.io/admin-access": "true"}}})
+    admin = request("gpus", GPU_CLASS, count=8)
+    admin["exactly"]["adminAccess"] = True
+    claim_template(harness.api, namespace, "admin-8", [admin])
+    node_a, node_b = harness.add_gpu_nodes(2)
+    gpu_pod(harness.api, namespace, "monitor", "admin-8", node=node_a, priority_class=classes["low"])
+    wait_for(lambda: bound(harness.api, namespace, ["monitor"]), 60, "the monitoring pod bound")
+    low = _fill(harness, namespace, [node_b], classes["low"], "low")
+    gpu_pod(harness.api, namespace, "big", "gpus-8", priority_class=classes["high"])
+    node = wait_for(lambda: bound(harness.api, namespace, ["big"]).get("big"), BOUND_S, "the 8-GPU pod bound")
+    assert node == node_a
+    time.sleep(2)  # a preemption step more
+    assert _gone(harness, namespace, [*low, "monitor"]) == []
+    assert _events(harness, namespace, "Preempted") == []
