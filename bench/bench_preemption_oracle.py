@@ -90,11 +90,24 @@ class Scenario:
             pods = [Running(p.name, p.node, p.gpus, p.priority, p.started_s, False) for p in pods]
         return cls(seed, nodes, tuple(pods), allows, rng.choice((2, 4, 8)))
 
+    def criteria(self, evicted: list[Running], violations: int | None = None) -> tuple[float, ...]:
+        """`pickOneNodeForPreemption`'s order for evicting `evicted` (lower is better): budget
+        violations, the highest victim priority, the priority sum, the victims, and minus the earliest
+        start among the highest-priority victims (later is better). Violations: as given (the
+        scheduler's own count), or the budget-covered victims past what the budget allows."""
+        if violations is None:
+            guarded = sum(p.guarded for p in evicted) if self.budget_allows is not None else 0
+            violations = max(0, guarded - (self.budget_allows or 0))
+        highest = max(p.priority for p in evicted)
+        earliest = min(p.started_s for p in evicted if p.priority == highest)
+        total = sum(p.priority + PRIORITY_OFFSET for p in evicted)
+        return (violations, highest, total, len(evicted), -earliest)
+
     def schedulers_choice(self) -> tuple[list[int], dict[int, list[str]]]:
         """The best nodes by DefaultPreemption's criteria, each node's victims worked out as the
         scheduler does (every lower-priority pod removed, then reprieved most important first, those
-        a budget covers first, while the preemptor still fits): more than one best node means the
-        scheduler's choice is not unique."""
+        a budget covers beyond what it allows first, while the preemptor still fits): more than one
+        best node means the scheduler's choice is not unique."""
         victims: dict[int, list[str]] = {}
         criteria: dict[int, tuple[float, ...]] = {}
         for node in range(self.nodes):
@@ -118,11 +131,7 @@ class Scenario:
                     evicted.remove(pod)
                     free -= pod.gpus
             victims[node] = [p.name for p in evicted]
-            violations = sum(1 for p in evicted if p in violating)
-            highest = max(p.priority for p in evicted)
-            earliest = min(p.started_s for p in evicted if p.priority == highest)
-            total = sum(p.priority + PRIORITY_OFFSET for p in evicted)
-            criteria[node] = (violations, highest, total, len(evicted), -earliest)
+            criteria[node] = self.criteria(evicted, sum(1 for p in evicted if p in violating))
         least = min(criteria.values())
         return [node for node, value in criteria.items() if value == least], victims
 
@@ -260,11 +269,17 @@ def _reason(scenario: Scenario, theirs: Outcome, ours: Outcome) -> str:
                 "nativedra placed nothing: every choice breaks the budget (the scheduler breaks it, nativedra will not)"
             )
         return "nativedra placed nothing"
-    if theirs.node is None:
+    if theirs.node is None or ours.node is None:
         return "the scheduler placed nothing"
-    if ours.node != theirs.node:
-        return "another node"
-    return "same node, other victims: the scheduler reprieves greedily, nativedra searches for the cheapest set"
+    pods = {p.name: p for p in scenario.pods}
+    their_cost = scenario.criteria([pods[name] for name in theirs.evicted])
+    our_cost = scenario.criteria([pods[name] for name in ours.evicted])
+    if our_cost < their_cost:
+        return (
+            "nativedra's victims cost less by DefaultPreemption's own criteria: the scheduler reprieves greedily "
+            "on each node (most important first, budget-covered first), nativedra searches for the cheapest set"
+        )
+    return "nativedra's victims cost more by DefaultPreemption's criteria"
 
 
 def run(api: client.ApiClient, plane: ControlPlane, count: int = SCENARIOS) -> Iterator[str]:
@@ -294,6 +309,8 @@ def run(api: client.ApiClient, plane: ControlPlane, count: int = SCENARIOS) -> I
             "budget_allows": scenario.budget_allows,
             "scheduler": {"node": theirs.node, "evicted_by_priority": theirs.by_priority(scenario)},
             "nativedra": {"node": ours.node, "evicted_by_priority": ours.by_priority(scenario)},
+            "evicted": {"scheduler": theirs.evicted, "nativedra": ours.evicted},
+            "predicted": best,
             "unique": unique,
             "match": same,
         }
@@ -306,6 +323,8 @@ def run(api: client.ApiClient, plane: ControlPlane, count: int = SCENARIOS) -> I
             mismatches.append(row)
         rows.append(row)
     unique_count = sum(1 for row in rows if row["unique"])
+    predicted = sum(1 for row in rows if row["scheduler"]["node"] in row["predicted"])
+    yield f"the scheduler chose a node its own per-node method ranks best in {predicted} of {count}"
     yield (
         f"{count} scenarios: {matched} match the scheduler's choice (node and victims per priority); "
         f"{unique_count} where its choice is unique, {len(mismatches)} mismatches there; "
@@ -320,6 +339,7 @@ def run(api: client.ApiClient, plane: ControlPlane, count: int = SCENARIOS) -> I
         "scenarios": rows,
         "matched": matched,
         "unique": unique_count,
+        "predicted": predicted,
         "mismatches": len(mismatches),
         "seconds": time.perf_counter() - started,
     }
