@@ -21,12 +21,12 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from extender.capacity import Matcher, count_members
 from extender.demand import Demand
-from extender.eligibility import eligible, selector_matches
+from extender.eligibility import eligible, selection_key, selector_matches
 from extender.lag import pod_key
 from extender.node_admission import (
     NONE,
@@ -41,7 +41,7 @@ from extender.node_usage import Node, Usage, usage_from
 from extender.plan_model import Gang
 from extender.planner import gang_domains
 from extender.reservation import Reservation, Reserved, Victim, lease_name
-from extender.victim_index import VictimIndex, key_of, name_of, priority_of
+from extender.victim_index import CostFields, VictimIndex, key_of, name_of, priority_of
 from extender.victims import EXACT_FIT_TESTS, Cost, Unit, cheapest
 from extender.view import ClusterView
 
@@ -448,9 +448,8 @@ def decide(
     # each domain searched only for sets cheaper than the best found so far.
     tests = max(MIN_TESTS_PER_REGION, EXACT_FIT_TESTS // max(1, len(preemptor.regions)))
     found = 0
-    for region, nodes, least in _regions_in_order(occupancy, preemptor, pause):
-        if best is not None and least >= best.cost:
-            continue  # no set here can cost less than the best found: not worth a fit test
+    walk = _RegionWalk(occupancy, preemptor, pause)
+    for region, nodes in walk:
         region_units = candidates.on(nodes)
         fit = _RegionFit(occupancy, preemptor, nodes, region_units, matcher)
         if nodes and fit(frozenset()) is not None:
@@ -477,6 +476,7 @@ def decide(
             reserved = _reserve(occupancy, preemptor, evicted, choice.placement, matcher)
             identities = tuple(occupancy.victim(name) for name in sorted(evicted))
             best = Decision(preemptor, victims, choice.cost, region, reserved, choice.exact, identities)
+            walk.best = best.cost
         if found >= CANDIDATE_REGIONS:
             break
     if best is not None:
@@ -492,24 +492,39 @@ def decide(
     return NoHelp(preemptor, reason, candidates.seen())
 
 
-def _regions_in_order(
-    occupancy: Occupancy, preemptor: Preemptor, pause: Callable[[], None]
-) -> Iterator[tuple[str, tuple[str, ...], Cost]]:
-    """Each region with the nodes the preemptor may use there and the least any set of victims
-    there can cost; those whose lower-priority pods cost least to evict all first (then by name):
-    the likeliest to hold the cheapest choice come first, so the candidate limit and the bound cut
-    off the rest. Read from the index's per-node summaries: no unit is made for the order."""
-    ordered = []
-    for count, (region, all_nodes) in enumerate(preemptor.regions.items()):
-        if count % 64 == 0:
-            pause()
-        nodes = tuple(node for node in all_nodes if occupancy.admits(preemptor.specs, node))
-        emptied, least = occupancy.index.region_costs(nodes, preemptor.priority)
-        ordered.append((emptied, region, nodes, least))
-    heapq.heapify(ordered)  # taken in order only as far as the search goes
-    while ordered:
-        _, region, nodes, least = heapq.heappop(ordered)
-        yield region, nodes, least
+class _RegionWalk:
+    """The regions in the order a decision searches them, with the nodes the preemptor may use in
+    each; `best` is the cost of the best choice found so far, set by the decision as it goes.
+
+    First those whose lower-priority pods cost least to evict all, the likeliest to hold the
+    cheapest choice, until a choice is found; then only those whose cheapest single pod costs less
+    than the best (no set there can cost less than that pod: every unit added raises the priority
+    sum), cheapest first, so the rest of a large cluster is never looked at. Read from the index's
+    per-node summaries: no unit is made for the order."""
+
+    def __init__(self, occupancy: Occupancy, preemptor: Preemptor, pause: Callable[[], None]) -> None:
+        self.best: Cost | None = None
+        self._regions: list[tuple[CostFields, str, tuple[str, ...], CostFields]] = []
+        for count, (region, all_nodes) in enumerate(preemptor.regions.items()):
+            if count % 64 == 0:
+                pause()
+            nodes = tuple(node for node in all_nodes if occupancy.admits(preemptor.specs, node))
+            emptied, least = occupancy.index.region_costs(nodes, preemptor.priority)
+            self._regions.append((emptied, region, nodes, least))
+
+    def __iter__(self) -> Iterator[tuple[str, tuple[str, ...]]]:
+        regions = self._regions
+        heapq.heapify(regions)
+        taken = set()
+        while regions and self.best is None:
+            _, region, nodes, _ = heapq.heappop(regions)
+            taken.add(region)
+            yield region, nodes
+        for least, region, nodes in sorted((least, region, nodes) for _, region, nodes, least in regions):
+            if self.best is None or least >= astuple(self.best):
+                return
+            if region not in taken:
+                yield region, nodes
 
 
 def _freeing(units: Sequence[Unit], occupancy: Occupancy, nodes: tuple[str, ...]) -> list[int]:
@@ -551,22 +566,38 @@ def pod_preemptor(pod: dict[str, Any], demand: Demand, view: ClusterView) -> Pre
     """A pod outside gangs: each eligible node with our devices is a region of its own."""
     spec = pod.get("spec") or {}
     name = name_of(pod_key(pod))
-    regions = {
-        node.name: (node.name,)
-        for node in view.nodes.values()
-        if node.devices and eligible(spec, node.name, node.labels)
-    }
     return Preemptor(
         name,
         f"pod {name}",
         priority_of(pod),
         demand,
         1,
-        regions,
+        _single_nodes(spec, view.nodes),
         own=frozenset({name}),
         requests=pod_requests(pod),
         specs=(spec,),
     )
+
+
+# Regions of pods by what selects their nodes, while the nodes are the same mapping (the state hands
+# out a new one when any node changes): a waiting pod is judged every step, over every node.
+_SINGLE_NODES: dict[tuple[str, int], tuple[Mapping[str, Node], dict[str, tuple[str, ...]]]] = {}
+SINGLE_NODES_KEPT = 16
+
+
+def _single_nodes(spec: dict[str, Any], nodes: Mapping[str, Node]) -> dict[str, tuple[str, ...]]:
+    """Each eligible node with our devices, a region of its own."""
+    key = (selection_key(spec), id(nodes))
+    known = _SINGLE_NODES.get(key)
+    if known is not None and known[0] is nodes:
+        return known[1]
+    regions: dict[str, tuple[str, ...]] = {
+        node.name: (node.name,) for node in nodes.values() if node.devices and eligible(spec, node.name, node.labels)
+    }
+    if len(_SINGLE_NODES) >= SINGLE_NODES_KEPT:
+        _SINGLE_NODES.clear()
+    _SINGLE_NODES[key] = (nodes, regions)
+    return regions
 
 
 def gang_preemptor(gang: Gang, view: ClusterView, priority: int) -> Preemptor:

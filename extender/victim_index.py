@@ -20,11 +20,12 @@ from typing import Any
 from extender.kueue import managed_by_kueue
 from extender.lag import timestamp
 from extender.node_usage import Node, allocated_results, partner_name
-from extender.victims import NOTHING, PRIORITY_OFFSET, Cost
+from extender.victims import NOTHING, PRIORITY_OFFSET
 from extender.view import ClusterView
 
 Key = tuple[str, str]
-INFINITE_COST = Cost(2**62, 2**62, 2**62, 2**62, math.inf)
+CostFields = tuple[int, int, int, int, float]  # a `Cost` as a plain tuple: sorts and compares fast
+INFINITE: CostFields = (2**62, 2**62, 2**62, 2**62, math.inf)
 
 
 def name_of(key: Key) -> str:
@@ -95,15 +96,15 @@ class _NodeHolders:
     evicting all of them below it costs and the least any one of them costs."""
 
     pods: tuple[PodFacts, ...]
-    below: dict[int, tuple[int, int, int, float, Cost]] = field(default_factory=dict)
+    below: dict[int, tuple[int, int, int, float, CostFields]] = field(default_factory=dict)
 
-    def costs(self, priority: int) -> tuple[int, int, int, float, Cost]:
+    def costs(self, priority: int) -> tuple[int, int, int, float, CostFields]:
         """(highest, priority sum, pods, earliest start among the highest, least single cost)."""
         found = self.below.get(priority)
         if found is None:
             lower = [p for p in self.pods if p.priority < priority and not p.kueue]
             if not lower:
-                found = (NOTHING.highest, 0, 0, math.inf, INFINITE_COST)
+                found = (NOTHING.highest, 0, 0, math.inf, INFINITE)
             else:
                 highest = max(p.priority for p in lower)
                 found = (
@@ -111,7 +112,7 @@ class _NodeHolders:
                     sum(p.priority + PRIORITY_OFFSET for p in lower),
                     len(lower),
                     min(p.started for p in lower if p.priority == highest),
-                    min(Cost(0, p.priority, p.priority + PRIORITY_OFFSET, 1, -p.started) for p in lower),
+                    min((0, p.priority, p.priority + PRIORITY_OFFSET, 1, -p.started) for p in lower),
                 )
             self.below[priority] = found
         return found
@@ -256,7 +257,7 @@ class VictimIndex:
         facts, _ = self.claims[key]
         return facts.users if facts is not None else frozenset()
 
-    def region_costs(self, nodes: Sequence[str], priority: int) -> tuple[tuple[int, int, int, int, float], Cost]:
+    def region_costs(self, nodes: Sequence[str], priority: int) -> tuple[CostFields, CostFields]:
         """What evicting every pod below `priority` on the nodes would cost, as the fields of a
         `Cost` (gangs not made whole: an order, not a decision; a plain tuple sorts fast), and the
         least any set of them can cost (no set costs less than its cheapest single pod)."""
@@ -264,7 +265,7 @@ class VictimIndex:
             self.holders(nodes[0])
             highest, total, pods, earliest, least = self._holders[nodes[0]].costs(priority)
             return ((0, highest, total, pods, -earliest) if pods else astuple(NOTHING)), least
-        highest, total, pods, earliest, least = NOTHING.highest, 0, 0, math.inf, INFINITE_COST
+        highest, total, pods, earliest, least = NOTHING.highest, 0, 0, math.inf, INFINITE
         for node in nodes:
             self.holders(node)
             h, t, n, e, low = self._holders[node].costs(priority)
@@ -274,5 +275,5 @@ class VictimIndex:
                 earliest = min(earliest, e)
             total, pods, least = total + t, pods + n, min(least, low)
         if not pods:
-            return astuple(NOTHING), INFINITE_COST
+            return astuple(NOTHING), INFINITE
         return (0, highest, total, pods, -earliest), least
