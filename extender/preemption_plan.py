@@ -520,8 +520,11 @@ class _RegionWalk:
             _, region, nodes, _ = heapq.heappop(regions)
             taken.add(region)
             yield region, nodes
-        for least, region, nodes in sorted((least, region, nodes) for _, region, nodes, least in regions):
-            if self.best is None or least >= astuple(self.best):
+        cheapest = [(least, region, nodes) for _, region, nodes, least in regions]
+        heapq.heapify(cheapest)  # no sort of the whole cluster: only as far as the bound lets it go
+        while cheapest and self.best is not None:
+            least, region, nodes = heapq.heappop(cheapest)
+            if least >= astuple(self.best):
                 return
             if region not in taken:
                 yield region, nodes
