@@ -22,6 +22,7 @@ after a watch event (a running pod's claim deallocated and allocated again, so t
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import copy
 import json
 import random
@@ -236,6 +237,8 @@ def run(count: int, say: Callable[[str], object] = print) -> dict[str, Any]:
         f"({len(taken)} decisions): {_line(beside)} = {ratio:.2f} x at p99"
     )
     return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": f"python -m bench.preemption_at_scale {count}",
         "nodes": count,
         "devices": devices,
         "running_pods": len(running),
