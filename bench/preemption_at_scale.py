@@ -22,8 +22,8 @@ after a watch event (a running pod's claim deallocated and allocated again, so t
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import copy
+import datetime as dt
 import json
 import random
 import sys
