@@ -95,6 +95,7 @@ from testkit import builders
 from testkit.bindings import Bindings
 from testkit.extender_harness import ExtenderCluster, delete_pods, fresh_namespace, gang_pods
 from testkit.four_way import NATIVE_GANGS
+from testkit.priority_classes import priority_classes
 
 LOW, HIGH = 100, 1000  # PriorityClass values
 NODES = 500
@@ -115,20 +116,9 @@ PREEMPTION_METRICS = (
 )
 
 
-@contextlib.contextmanager
-def _priority_classes(api: client.ApiClient) -> Iterator[dict[str, str]]:
+def _priority_classes(api: client.ApiClient) -> contextlib.AbstractContextManager[dict[str, str]]:
     """PriorityClasses low and high, unique to this run."""
-    scheduling = client.SchedulingV1Api(api)
-    suffix = uuid.uuid4().hex[:6]
-    names = {"low": f"bench-low-{suffix}", "high": f"bench-high-{suffix}"}
-    for label, value in (("low", LOW), ("high", HIGH)):
-        scheduling.create_priority_class({"metadata": {"name": names[label]}, "value": value})
-    try:
-        yield names
-    finally:
-        for name in names.values():
-            with contextlib.suppress(client.ApiException):
-                scheduling.delete_priority_class(name)
+    return priority_classes(api, {"low": LOW, "high": HIGH}, "bench")
 
 
 def _present(api: client.ApiClient, namespace: str) -> set[str]:

@@ -39,6 +39,7 @@ from nativedra.cluster import ControlPlane, create_fake_node, wait_for
 from nativedra.cluster.nodes import DEFAULT_CAPACITY
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 from testkit.bindings import Bindings
+from testkit.priority_classes import priority_classes
 
 SCENARIOS = 50
 GPUS = 8
@@ -147,21 +148,7 @@ class Outcome:
 
 
 def _classes(api: client.ApiClient) -> contextlib.AbstractContextManager[dict[int, str]]:
-    @contextlib.contextmanager
-    def made() -> Iterator[dict[int, str]]:
-        scheduling = client.SchedulingV1Api(api)
-        suffix = uuid.uuid4().hex[:6]
-        names = {value: f"oracle-{value}-{suffix}" for value in (*LOW_PRIORITIES, HIGH)}
-        for value, name in names.items():
-            scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
-        try:
-            yield names
-        finally:
-            for name in names.values():
-                with contextlib.suppress(client.ApiException):
-                    scheduling.delete_priority_class(name)
-
-    return made()
+    return priority_classes(api, {value: value for value in (*LOW_PRIORITIES, HIGH)}, "oracle")
 
 
 def _running_and_ready(core: client.CoreV1Api, namespace: str, pod: Running) -> None:

@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,10 +22,18 @@ from kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import claim_template, gpu_pod, request
 from testkit.eviction_webhook import Evictions, eviction_webhook
-from testkit.extender_harness import ReplicatedExtenders, bound, fresh_namespace, replicated_extender_cluster
+from testkit.extender_harness import (
+    ExtenderCluster,
+    ReplicatedExtenders,
+    bound,
+    fresh_namespace,
+    replicated_extender_cluster,
+)
 from testkit.pod_reaper import PodReaper
+from testkit.priority_classes import priority_classes
 
 pytestmark = pytest.mark.timeout(600)
+PRIORITIES = {"low": 10, "high": 1000}
 TERMINATING_S = 8.0  # victims' containers take this long to stop (the reaper confirms them then)
 
 
@@ -34,6 +41,20 @@ TERMINATING_S = 8.0  # victims' containers take this long to stop (the reaper co
 def replicas(control_plane: ControlPlane, tmp_path: Path) -> Iterator[ReplicatedExtenders]:
     with replicated_extender_cluster(tmp_path, {"preemptionHoldSeconds": 120}, shared=control_plane) as cluster:
         yield cluster
+
+
+def _node_of_victims(first: ExtenderCluster, namespace: str, low: str) -> list[str]:
+    """A node whose 8 GPUs are held by 8 low-priority pods (30 s grace), bound; claim templates
+    `one` and `eight`. Returns the pods."""
+    api = first.api
+    claim_template(api, namespace, "one", [request("gpus", GPU_CLASS, count=1)])
+    claim_template(api, namespace, "eight", [request("gpus", GPU_CLASS, count=8)])
+    (node,) = first.add_gpu_nodes(1)
+    victims = [f"low-{index}" for index in range(8)]
+    for name in victims:
+        gpu_pod(api, namespace, name, "one", node=node, priority_class=low, grace_seconds=30)
+    wait_for(lambda: len(bound(api, namespace, victims)) == 8, 90, "the low pods bound")
+    return victims
 
 
 def _leader(replicas: ReplicatedExtenders) -> int:
@@ -52,19 +73,15 @@ def test_the_deciding_replica_killed_mid_preemption_loses_no_hold_and_evicts_not
     replicas: ReplicatedExtenders,
 ) -> None:
     first = replicas.first
-    api, scheduling = first.api, client.SchedulingV1Api(first.api)
-    low, high = f"nd-low-{uuid.uuid4().hex[:6]}", f"nd-high-{uuid.uuid4().hex[:6]}"
-    scheduling.create_priority_class({"metadata": {"name": low}, "value": 10})
-    scheduling.create_priority_class({"metadata": {"name": high}, "value": 1000})
+    api = first.api
     try:
-        with fresh_namespace(api, "preempt-ha") as namespace, PodReaper(api, namespace, TERMINATING_S):
-            claim_template(api, namespace, "one", [request("gpus", GPU_CLASS, count=1)])
-            claim_template(api, namespace, "eight", [request("gpus", GPU_CLASS, count=8)])
-            (node,) = first.add_gpu_nodes(1)
-            victims = [f"low-{index}" for index in range(8)]
-            for name in victims:
-                gpu_pod(api, namespace, name, "one", node=node, priority_class=low, grace_seconds=30)
-            wait_for(lambda: len(bound(api, namespace, victims)) == 8, 90, "the low pods bound")
+        with (
+            priority_classes(api, PRIORITIES, "nd") as classes,
+            fresh_namespace(api, "preempt-ha") as namespace,
+            PodReaper(api, namespace, TERMINATING_S),
+        ):
+            low, high = classes["low"], classes["high"]
+            victims = _node_of_victims(first, namespace, low)
             wait_for(lambda: _leader(replicas) is not None, 30, "a deciding replica")
             started = time.monotonic()
             gpu_pod(api, namespace, "big", "eight", priority_class=high)
@@ -102,8 +119,6 @@ def test_the_deciding_replica_killed_mid_preemption_loses_no_hold_and_evicts_not
             )
     finally:
         first.remove_nodes()  # later tests on this plane must not find it
-        for name in (low, high):
-            scheduling.delete_priority_class(name)
         replicas.start_stopped()
 
 
@@ -123,24 +138,17 @@ def test_a_leader_paused_mid_decision_evicts_nothing_more_once_another_replica_t
     longer has: the renewal guarding it is refused, so the API server sees each victim evicted
     once, eight in all, as one decision evicts."""
     first = replicas.first
-    api, scheduling = first.api, client.SchedulingV1Api(first.api)
-    low, high = f"nd-low-{uuid.uuid4().hex[:6]}", f"nd-high-{uuid.uuid4().hex[:6]}"
-    scheduling.create_priority_class({"metadata": {"name": low}, "value": 10})
-    scheduling.create_priority_class({"metadata": {"name": high}, "value": 1000})
+    api = first.api
     paused: int | None = None
     try:
         with (
+            priority_classes(api, PRIORITIES, "nd") as classes,
             fresh_namespace(api, "fence") as namespace,
             PodReaper(api, namespace, TERMINATING_S),
             eviction_webhook(first.plane, namespace, hold_first=True) as evictions,
         ):
-            claim_template(api, namespace, "one", [request("gpus", GPU_CLASS, count=1)])
-            claim_template(api, namespace, "eight", [request("gpus", GPU_CLASS, count=8)])
-            (node,) = first.add_gpu_nodes(1)
-            victims = [f"low-{index}" for index in range(8)]
-            for name in victims:
-                gpu_pod(api, namespace, name, "one", node=node, priority_class=low, grace_seconds=30)
-            wait_for(lambda: len(bound(api, namespace, victims)) == 8, 90, "the low pods bound")
+            high = classes["high"]
+            victims = _node_of_victims(first, namespace, classes["low"])
             wait_for(lambda: _webhook_in_force(api, namespace, victims[0], evictions), 30, "the webhook in force")
             checked = len(evictions.dry_runs())
             leader = _leader(replicas)
@@ -172,6 +180,4 @@ def test_a_leader_paused_mid_decision_evicts_nothing_more_once_another_replica_t
         if paused is not None:
             os.kill(paused, signal.SIGCONT)
         first.remove_nodes()
-        for name in (low, high):
-            scheduling.delete_priority_class(name)
         replicas.start_stopped()
