@@ -194,8 +194,7 @@ class Occupancy:
         staying = frozenset(
             key
             for key in keys
-            if not (users := index.claims[key][0].users)  # type: ignore[union-attr] # (no facts: no node)
-            or any(user not in evicted and user not in index.gone for user in users)
+            if not (users := index.users(key)) or any(user not in evicted and user not in index.gone for user in users)
         )
         if not staying and node not in self.kept:
             return NOTHING_USED  # one object for every emptied node: fits are counted once per model

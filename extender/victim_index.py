@@ -246,14 +246,15 @@ class VictimIndex:
         """The pods in the view, not going, whose claims hold devices on the node."""
         known = self._holders.get(node)
         if known is None:
-            names = {user for key in self.node_claims.get(node, ()) for user in self._users(key)}
+            names = {user for key in self.node_claims.get(node, ()) for user in self.users(key)}
             pods = tuple(
                 facts for name in sorted(names) if (facts := self.pods.get(key_of(name))) is not None and not facts.gone
             )
             known = self._holders[node] = _NodeHolders(pods)
         return known.pods
 
-    def _users(self, key: Key) -> frozenset[str]:
+    def users(self, key: Key) -> frozenset[str]:
+        """The pods the claim is reserved for."""
         facts, _ = self.claims[key]
         return facts.users if facts is not None else frozenset()
 
