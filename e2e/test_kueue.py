@@ -512,3 +512,56 @@ def test_what_kueue_counts_for_each_nativedra_device_kind(team: Team, case: str)
     usage = workload["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
     log.info("%s: Kueue counts %s", case, usage)
     assert usage == counted.expected, usage
+
+
+def test_a_pod_kueue_admitted_is_never_a_victim_of_the_extenders_preemption(team: Team) -> None:
+    """A 2 x 4-GPU JobSet admitted by Kueue runs on the one node, at a low priority; a high-priority
+    8-GPU pod outside Kueue waits for that node. Kueue owns the JobSet's admission and eviction, so
+    the extender evicts nothing of it (not even whole) and the pod keeps waiting."""
+    team.nodes({"rack-a": 1})
+    scheduling = client.SchedulingV1Api(team.api)
+    low, high = f"kq-low-{team.test}", f"kq-high-{team.test}"
+    scheduling.create_priority_class({"metadata": {"name": low}, "value": 10})
+    scheduling.create_priority_class({"metadata": {"name": high}, "value": 1000})
+    try:
+        claim_template(team.api, team.namespace, "four", [request("gpus", GPU_CLASS, count=4)])
+        template = pod_template("four")
+        template["spec"]["priorityClassName"] = low
+        queue = _gpu_quota(team, "team-a", 8)
+        create_queued_jobset(team.api, team.namespace, "held", queue, replicas=2, template=template)
+        _wait_bound(team, f"{JOBSET_NAME}=held", 2, "the Kueue-admitted JobSet placed")
+        running = {p.metadata.uid for p in _bound(team.api, team.namespace, f"{JOBSET_NAME}=held")}
+        body = {
+            "metadata": {"name": "big"},
+            "spec": {
+                "priorityClassName": high,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.invalid/cuda:12",
+                        "resources": {"claims": [{"name": "gpus"}]},
+                    }
+                ],
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "eight"}],
+            },
+        }
+        core = client.CoreV1Api(team.api)
+        core.create_namespaced_pod(team.namespace, body)
+        wait_for(
+            lambda: any(
+                c.type == "PodScheduled" and c.reason == "Unschedulable"
+                for c in core.read_namespaced_pod("big", team.namespace).status.conditions or []
+            ),
+            60,
+            "the high-priority pod judged unschedulable",
+        )
+        time.sleep(5)  # five preemption steps
+        still = _bound(team.api, team.namespace, f"{JOBSET_NAME}=held")
+        assert {p.metadata.uid for p in still} == running
+        assert all(p.metadata.deletion_timestamp is None for p in still)
+        assert bound(team.api, team.namespace, ["big"]) == {}
+        events = core.list_namespaced_event(team.namespace).items
+        assert not [e for e in events if e.reason == "Preempted" and e.source.component == PREEMPTOR_COMPONENT]
+    finally:
+        for name in (low, high):
+            scheduling.delete_priority_class(name)
