@@ -24,6 +24,7 @@ from kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import claim_template, gpu_pod, request
 from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace
+from testkit.priority_classes import priority_classes
 
 pytestmark = pytest.mark.timeout(600)
 NIC_DRIVER = "nic.example.com"
@@ -38,8 +39,8 @@ def harness(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
         yield cluster
 
 
-def _nic_slice(node: str, numa: int) -> dict[str, Any]:
-    devices = [{"name": f"nic-{index}", "attributes": {NUMA: {"int": numa}}} for index in range(8)]
+def _nic_slice(node: str, numa: int, count: int = 8) -> dict[str, Any]:
+    devices = [{"name": f"nic-{index}", "attributes": {NUMA: {"int": numa}}} for index in range(count)]
     return {
         "apiVersion": RESOURCE_SLICES.api_version,
         "kind": RESOURCE_SLICES.kind,
@@ -64,7 +65,7 @@ def _numa_of(api: client.ApiClient, node: str, driver: str, device: str) -> int:
 
 
 @contextmanager
-def _nics(harness: ExtenderCluster, nic_numa: dict[str, int]) -> Iterator[None]:
+def _nics(harness: ExtenderCluster, nic_numa: dict[str, int], count: int = 8) -> Iterator[None]:
     """The NIC driver's DeviceClass and one slice per node; all gone afterwards, nodes too."""
     api = harness.api
     DEVICE_CLASSES.create(
@@ -78,7 +79,7 @@ def _nics(harness: ExtenderCluster, nic_numa: dict[str, int]) -> Iterator[None]:
     )
     try:
         for node, numa in nic_numa.items():
-            RESOURCE_SLICES.create(api, _nic_slice(node, numa))
+            RESOURCE_SLICES.create(api, _nic_slice(node, numa, count))
         yield
     finally:
         for node in nic_numa:
@@ -193,3 +194,36 @@ def test_a_gang_tied_to_nics_is_planned_only_where_each_member_has_a_nic_beside_
         assert sorted(placed.values()) == sorted(good * 4), placed
         for name in members:
             assert _devices_numa(api, namespace, name) == {"gpu": 0, "nic": 0}, name
+
+
+def test_preemption_for_a_gpu_beside_a_nic_evicts_the_nics_holder_too(harness: ExtenderCluster) -> None:
+    """One node: its 8 GPUs held by low-priority 1-GPU pods, its one NIC (NUMA node 0) by a
+    low-priority pod of NICs only. A high-priority pod asks for a GPU and the NIC on one NUMA node.
+    Evicting GPU pods alone frees nothing it can use: the NIC's holder is a victim too, with one
+    GPU pod on NUMA node 0, and no other."""
+    api = harness.api
+    (node,) = harness.add_gpu_nodes(1)
+    values = {"low": 10, "high": 1000}
+    with (
+        _nics(harness, {node: 0}, count=1),
+        fresh_namespace(api, "numa-preempt") as namespace,
+        priority_classes(api, values, "numa") as classes,
+    ):
+        claim_template(api, namespace, "one-gpu", [request("gpu", GPU_CLASS)])
+        claim_template(api, namespace, "one-nic", [request("nic", NIC_CLASS)])
+        _gpu_beside_nic(api, namespace, "gpu-and-nic")
+        gpu_pods = [f"low-{index}" for index in range(8)]
+        for name in gpu_pods:
+            gpu_pod(api, namespace, name, "one-gpu", node=node, priority_class=classes["low"])
+        gpu_pod(api, namespace, "nic-holder", "one-nic", node=node, priority_class=classes["low"])
+        everyone = [*gpu_pods, "nic-holder"]
+        wait_for(lambda: len(bound(api, namespace, everyone)) == len(everyone), 90, "the low pods bound")
+        numa_of = {name: _devices_numa(api, namespace, name)["gpu"] for name in gpu_pods}
+        gpu_pod(api, namespace, "high", "gpu-and-nic", priority_class=classes["high"])
+        wait_for(partial(bound, api, namespace, ["high"]), 90, "the preemptor bound")
+        present = {p.metadata.name for p in client.CoreV1Api(api).list_namespaced_pod(namespace).items}
+        evicted = sorted(set(everyone) - present)
+        assert "nic-holder" in evicted, evicted
+        gpu_victims = [name for name in evicted if name != "nic-holder"]
+        assert len(gpu_victims) == 1 and numa_of[gpu_victims[0]] == 0, (evicted, numa_of)
+        assert _devices_numa(api, namespace, "high") == {"gpu": 0, "nic": 0}

@@ -6,11 +6,19 @@ drivers' devices, adminAccess)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.slices import build_slices
+from extender.capacity import available
+from extender.demand import Request
+from extender.node_usage import Usage, take
 from extender.preemption_plan import Budget, Decision, NoHelp, decide
-from extender.reservation import Victim
-from testkit.builders import DRIVER
+from extender.reservation import Reservation, Reserved, Victim, lease_body
+from extender.state import ClusterState
+from testkit.builders import DRIVER, FRACTION
 from tests.extender.test_partners import NIC_CLASS, NIC_DRIVER, gpu_and_nic, nic_claim, nic_slice
 from tests.extender.test_preemption_plan import MATCHER, NS, Cluster, _single
 
@@ -170,3 +178,27 @@ def test_another_drivers_device_the_preemptor_needs_counts_and_its_holder_is_a_v
     assert nic_victim.devices == (f"{NIC_DRIVER}/nics-a/nic-0",)
     gpu_victims = [pod for pod in decision.evicted if pod != f"{NS}/nic-user"]
     assert len(gpu_victims) == 1 and int(gpu_victims[0].rsplit("a", 1)[1]) < 4, "a GPU on the NIC's NUMA node"
+
+
+def test_devices_kept_for_a_mig_preemptor_keep_a_fraction_off_their_gpu_in_every_replicas_state() -> None:
+    """`--mig-or-fractions`: a MIG placement kept for a preemptor (its Lease, read by every replica's
+    state) puts its GPU in the `mig` group, so no fraction of that GPU is admitted while the victims
+    end; a fraction of another GPU still is."""
+    inventory = load_profile(resolve_profile("h100-8x"))
+    specs = build_slices(inventory, PublishConfig(mig_or_fractions=True), "n")
+    state = ClusterState(DRIVER)
+    state.replace("nodes", [{"metadata": {"name": "n"}}])
+    state.replace("resourceslices", [{"metadata": {"name": f"n-{i}"}, "spec": spec} for i, spec in enumerate(specs)])
+    node = state.view().nodes["n"]
+    placed = Usage()
+    take(placed, node.devices["gpu-0-1g-10gb-0"])
+    kept = Reservation(
+        "preempt-m", f"{NS}/mig", f"pod {NS}/mig", 100, {"n": Reserved(1, placed.minus(Usage()))}, (), 0, 9
+    )
+    lease = lease_body(kept, "replica-0")
+    lease["metadata"]["namespace"] = "nativedra-system"
+    state.apply("ADDED", "preemptions", json.loads(json.dumps(lease)))
+    usage = state.view().usage["n"]
+    half = Request((FRACTION,), 1)
+    assert not available(node, usage, node.devices["gpu-0-1of2-0"], half)
+    assert available(node, usage, node.devices["gpu-1-1of2-0"], half)
