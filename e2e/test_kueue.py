@@ -10,6 +10,7 @@ out of quota. Kueue v0.17 has no support for Kubernetes' native PodGroup (README
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -563,5 +564,7 @@ def test_a_pod_kueue_admitted_is_never_a_victim_of_the_extenders_preemption(team
         events = core.list_namespaced_event(team.namespace).items
         assert not [e for e in events if e.reason == "Preempted" and e.source.component == PREEMPTOR_COMPONENT]
     finally:
+        with contextlib.suppress(client.ApiException):  # waiting, it would take a later test's nodes
+            client.CoreV1Api(team.api).delete_namespaced_pod("big", team.namespace, grace_period_seconds=0)
         for name in (low, high):
             scheduling.delete_priority_class(name)

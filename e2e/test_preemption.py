@@ -5,6 +5,7 @@ plugin's builder; pods of real PriorityClasses."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -72,6 +73,19 @@ def env(extender: ExtenderCluster) -> Iterator[tuple[ExtenderCluster, str]]:
         try:
             yield extender, namespace
         finally:
+            # A preemptor a test leaves waiting (budgets, refusals) would otherwise wait on while its
+            # namespace ends, and take the next test's free nodes, or preempt on them. Preemptors
+            # here are bare pods; controllers' pods go with their namespace.
+            core = client.CoreV1Api(extender.api)
+
+            def bare() -> list[str]:
+                pods = core.list_namespaced_pod(namespace).items
+                return [p.metadata.name for p in pods if not p.metadata.owner_references]
+
+            for name in bare():
+                with contextlib.suppress(client.ApiException):
+                    core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            wait_for(lambda: not bare(), 60, "the test's own pods gone")
             extender.remove_nodes()
 
 
