@@ -254,6 +254,10 @@ def fresh_namespace(api: client.ApiClient, prefix: str) -> Iterator[str]:
         wait_for(lambda: core.list_namespaced_service_account(name).items, 30, "default ServiceAccount")
         yield name
     finally:
+        # Pods first, at once: a pod left pending in a namespace that is still ending can be bound
+        # yet, and would take a later test's fresh nodes.
+        with contextlib.suppress(client.ApiException):
+            core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
         with contextlib.suppress(client.ApiException):
             core.delete_namespace(name)
 
