@@ -54,7 +54,7 @@ from extender.preemption_plan import (
 from extender.preemption_plan import decide as decide_preemption
 from extender.reservation import Reservation, Victim, lease_body
 from extender.state import ClusterState
-from extender.victim_index import VictimIndex, name_of, priority_of, terminating
+from extender.victim_index import VictimIndex, key_of, name_of, priority_of, terminating
 from extender.view import ClusterView
 from kube.events import pod_event
 from kube.names import DRIVER_NAME
@@ -83,11 +83,6 @@ class EvictionRefusedError(Exception):
 
 def identity() -> str:
     return os.environ.get("NATIVEDRA_POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-
-
-def _key(name: str) -> Key:
-    namespace, _, pod = name.partition("/")
-    return namespace, pod
 
 
 def kept_usage(reservations: Iterable[Reservation]) -> dict[str, Usage]:
@@ -187,7 +182,7 @@ class Preemption:
             plan = plans.get(gang_key)
             if gang_key in view.reservations or plan is None or plan.feasible or plan.transient or not gang.remaining:
                 continue
-            pods = [view.pods[_key(m.pod)] for m in gang.members if _key(m.pod) in view.pods]
+            pods = [view.pods[key_of(m.pod)] for m in gang.members if key_of(m.pod) in view.pods]
             waiting = [pod for pod in pods if not (pod.get("spec") or {}).get("nodeName")]
             if not waiting or not any(unschedulable(pod) for pod in waiting):
                 continue
@@ -242,7 +237,7 @@ class Preemption:
     @staticmethod
     def _target(view: ClusterView, victim: Victim) -> dict[str, Any] | None:
         """The victim's pod if it is still there, that very pod, and not going already."""
-        pod = view.pods.get(_key(victim.pod))
+        pod = view.pods.get(key_of(victim.pod))
         if pod is None or terminating(pod):
             return None  # gone or going: counted as free already
         if not victim.uid or pod["metadata"].get("uid") != victim.uid:
@@ -250,7 +245,7 @@ class Preemption:
         return pod
 
     def _eviction(self, victim: Victim, *, dry_run: bool) -> None:
-        namespace, name = _key(victim.pod)
+        namespace, name = key_of(victim.pod)
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -370,7 +365,7 @@ class Preemption:
     def _preemptor_pods(view: ClusterView, gangs: dict[str, Gang], reservation: Reservation) -> list[dict[str, Any]]:
         gang = gangs.get(reservation.preemptor)
         names = [m.pod for m in gang.members] if gang is not None else [reservation.preemptor]
-        return [view.pods[_key(name)] for name in names if _key(name) in view.pods]
+        return [view.pods[key_of(name)] for name in names if key_of(name) in view.pods]
 
     def _event(self, pod: dict[str, Any], kind: str, reason: str, message: str) -> None:
         body = pod_event(pod, kind, reason, message, component=COMPONENT, now=dt.datetime.now(dt.UTC))
