@@ -13,10 +13,6 @@ COPY nativedra/ nativedra/
 COPY dra_driver/ dra_driver/
 COPY cdi/ cdi/
 COPY extender/ extender/
-COPY kube/ kube/
-COPY cmdline/ cmdline/
-COPY fsutil/ fsutil/
-COPY gcutil/ gcutil/
 # The examples and DeviceClasses ship inside the package (nativedra/data links to them).
 COPY manifests/ manifests/
 RUN /opt/nativedra/bin/pip install --no-cache-dir . \

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-PACKAGES := nativedra dra_driver cdi extender kube cmdline fsutil gcutil e2e hardware testkit tools
+PACKAGES := nativedra dra_driver cdi extender e2e hardware testkit tools
 # A real node needs root (kubelet, containerd, mknod); elsewhere its tests skip and say why.
 REAL_NODE_BUILD := $(if $(filter 0,$(shell id -u)),--real-node --image-source .,)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.busy_cluster import _rss_mib, listed
 from bench.timing import write_results
-from extender.config import RACK_LABEL, ExtenderConfig
+from extender.plan.config import RACK_LABEL, ExtenderConfig
 from nativedra.map.read import reading_of
 from nativedra.map.report import render_report
 

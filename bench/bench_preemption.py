@@ -62,14 +62,17 @@ from bench.busy_cluster import CALL_TIMEOUT_S, Client
 from bench.busy_nodes import GPUS, RACK_SIZE, a100_inventory, busy_cluster, gpu_node, scheduler, workload_namespace
 from bench.cpu_use import growth
 from bench.timing import Timing, write_results
-from extender import preemption_plan
-from extender.capacity import Matcher
-from extender.cel_eval import Selectors
-from extender.config import RACK_LABEL, ExtenderConfig
-from extender.current_plan import CurrentPlan
-from extender.demand import demand_of
-from extender.gang import TOPOLOGY_REQUIRED
-from extender.preemption_plan import (
+from extender.cluster.reservation import LABEL as PREEMPTION_LABEL
+from extender.cluster.state import ClusterState
+from extender.cluster.view import ClusterView
+from extender.devices.cel_eval import Selectors
+from extender.plan.capacity import Matcher
+from extender.plan.config import RACK_LABEL, ExtenderConfig
+from extender.plan.current import CurrentPlan
+from extender.pods.demand import demand_of
+from extender.pods.gang import TOPOLOGY_REQUIRED
+from extender.preempt import preemption_plan
+from extender.preempt.preemption_plan import (
     Budget,
     Decision,
     Occupancy,
@@ -81,12 +84,9 @@ from extender.preemption_plan import (
     pod_preemptor,
     victim_units,
 )
-from extender.reservation import LABEL as PREEMPTION_LABEL
-from extender.state import ClusterState
-from extender.victims import Cost, cheapest, cost_of
-from extender.view import ClusterView
-from kube.names import GPU_CLASS
-from kube.resources import NATIVE_POD_GROUPS
+from extender.preempt.victims import Cost, cheapest, cost_of
+from nativedra.base.kube.names import GPU_CLASS
+from nativedra.base.kube.resources import NATIVE_POD_GROUPS
 from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for
 from nativedra.cluster.nodes import DEFAULT_CAPACITY
 from nativedra.cluster.waits import unschedulable_message

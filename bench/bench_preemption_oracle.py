@@ -34,7 +34,7 @@ from kubernetes import client
 from bench.bench_preemption import EXTENDED, _extended_pod, _extender
 from bench.busy_nodes import a100_inventory, gpu_node, scheduler, workload_namespace
 from bench.timing import write_results
-from kube.names import GPU_CLASS
+from nativedra.base.kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node, wait_for
 from nativedra.cluster.nodes import DEFAULT_CAPACITY
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request

@@ -29,11 +29,11 @@ from kubernetes import client
 
 from bench.timing import Timing, measure, report, write_results
 from dra_driver.discovery.simulated import resolve_profile
+from dra_driver.kubelet.opaque_config import API_VERSION
 from dra_driver.kubelet_paths import dra_socket, registration_socket
-from dra_driver.opaque_config import API_VERSION
 from dra_driver.publishing.published import DeviceKind, DeviceView
-from kube.names import DRIVER_NAME, FRACTION_CLASS
-from kube.resources import RESOURCE_CLAIMS
+from nativedra.base.kube.names import DRIVER_NAME, FRACTION_CLASS
+from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, create_fake_node, wait_for
 from nativedra.cluster.commands import NodeDirs
 from nativedra.kubelet_client import make_dev_tree, plugin_info, prepare, unprepare

@@ -48,9 +48,9 @@ from kubernetes import client
 from bench.busy_nodes import CLIENT, GPUS, RACK_SIZE, WORKERS, busy_cluster, scheduler, workload_namespace
 from bench.cpu_use import counted, counters, cpu_use
 from bench.timing import Timing, write_results
-from extender.config import RACK_LABEL
-from extender.gang import TOPOLOGY_REQUIRED
-from kube.names import GPU_CLASS
+from extender.plan.config import RACK_LABEL
+from extender.pods.gang import TOPOLOGY_REQUIRED
+from nativedra.base.kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane
 from nativedra.cluster.controlplane import COMPONENTS
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request

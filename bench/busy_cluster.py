@@ -39,12 +39,12 @@ import uvicorn
 from fastapi import FastAPI
 
 from bench.timing import Timing, measure, report
-from extender.app import create_app
-from extender.config import ExtenderConfig
-from extender.decide import Decider
-from extender.informer import list_kind
-from extender.state import ClusterState
-from gcutil.collector import space_out_collections
+from extender.cluster.informer import list_kind
+from extender.cluster.state import ClusterState
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import Decider
+from extender.serve.app import create_app
+from nativedra.base.gcutil.collector import space_out_collections
 from testkit import builders
 
 VERBS = ("filter", "prioritize")

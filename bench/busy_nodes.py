@@ -24,9 +24,9 @@ from dra_driver.inventory import Inventory
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slices import build_slices
-from extender.config import RACK_LABEL
-from kube.names import DRIVER_NAME, GPU_CLASS
-from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
+from extender.plan.config import RACK_LABEL
+from nativedra.base.kube.names import DRIVER_NAME, GPU_CLASS
+from nativedra.base.kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, create_fake_node, wait_for
 from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender

@@ -37,14 +37,14 @@ from bench.timing import Timing, measure, write_results
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import build_slices
-from extender.config import RACK_LABEL, ExtenderConfig
-from extender.decide import Decider
-from extender.demand import demand_of
-from extender.preemption_plan import Decision, Occupancy, decide, pod_preemptor
-from extender.preemptor import STEP_EVERY_S, _courteous
-from extender.state import ClusterState
-from extender.victim_index import VictimIndex
-from gcutil.collector import freeze_survivors, space_out_collections
+from extender.cluster.state import ClusterState
+from extender.plan.config import RACK_LABEL, ExtenderConfig
+from extender.plan.decide import Decider
+from extender.pods.demand import demand_of
+from extender.preempt.preemption_plan import Decision, Occupancy, decide, pod_preemptor
+from extender.preempt.preemptor import STEP_EVERY_S, _courteous
+from extender.preempt.victim_index import VictimIndex
+from nativedra.base.gcutil.collector import freeze_survivors, space_out_collections
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod
 
 PRODUCTS = ("a100-8x", "h100-8x", "h200-8x", "l4-4x", "mi300x-8x")

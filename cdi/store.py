@@ -11,7 +11,14 @@ from pathlib import Path
 import yaml
 
 from cdi.spec import Spec, to_document
-from fsutil.atomic import TEMP_SUFFIX, atomic_write, fsync_directory, remove_durably, staged_write, temp_prefix
+from nativedra.base.fsutil.atomic import (
+    TEMP_SUFFIX,
+    atomic_write,
+    fsync_directory,
+    remove_durably,
+    staged_write,
+    temp_prefix,
+)
 
 # Kubernetes UIDs are RFC 4122 UUIDs; nothing else may become part of a file name. Always
 # `fullmatch`: `$` also matches before a trailing newline.

@@ -10,8 +10,8 @@ import hashlib
 import re
 from pathlib import Path
 
-from cmdline.flags import add_flag
-from kube.names import DRIVER_NAME
+from nativedra.base.cmdline.flags import add_flag
+from nativedra.base.kube.names import DRIVER_NAME
 
 KUBELET_ROOT = Path("/var/lib/kubelet")  # the kubelet's --root-dir default
 DEFAULT_REGISTRY_DIR = KUBELET_ROOT / "plugins_registry"

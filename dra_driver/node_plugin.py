@@ -15,12 +15,16 @@ from types import FrameType
 from prometheus_client import start_http_server
 
 from dra_driver.background import Activity
-from dra_driver.checkpoint import Checkpoint, boot_id
-from dra_driver.claim_api import API_TIMEOUT_S, api_claim_sources
-from dra_driver.device_status import DeviceStatusReports, api_status_applier
 from dra_driver.discovery import Backend
-from dra_driver.events import FailureEvents, api_event_poster, node_warning
-from dra_driver.grpc_server import HealthServicer, KubeletServers
+from dra_driver.kubelet.checkpoint import Checkpoint, boot_id
+from dra_driver.kubelet.claim_api import API_TIMEOUT_S, api_claim_sources
+from dra_driver.kubelet.device_status import DeviceStatusReports, api_status_applier
+from dra_driver.kubelet.events import FailureEvents, api_event_poster, node_warning
+from dra_driver.kubelet.grpc_server import HealthServicer, KubeletServers
+from dra_driver.kubelet.metadata_store import MetadataStore
+from dra_driver.kubelet.prepare import ClaimPreparer, LocalNode, Reporters
+from dra_driver.kubelet.repair import reconcile, repair_when_alone
+from dra_driver.kubelet.stores import Stores, spec_store
 from dra_driver.kubelet_paths import (
     DEFAULT_CDI_DIR,
     DEFAULT_DEV_ROOT,
@@ -31,17 +35,13 @@ from dra_driver.kubelet_paths import (
     registration_socket,
 )
 from dra_driver.live_instances import LiveInstances
-from dra_driver.metadata_store import MetadataStore
-from dra_driver.node_devices import NodeDevices
-from dra_driver.prepare import ClaimPreparer, LocalNode, Reporters
 from dra_driver.publishing.handover import Instance, serving_kubelet
+from dra_driver.publishing.node_devices import NodeDevices
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slice_controller import SliceController
-from dra_driver.repair import reconcile, repair_when_alone
-from dra_driver.stores import Stores, spec_store
-from kube.bounded import bounded_client
-from kube.client import api_client
+from nativedra.base.kube.bounded import bounded_client
+from nativedra.base.kube.client import api_client
 
 log = logging.getLogger(__name__)
 

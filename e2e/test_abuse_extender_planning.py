@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from extender.config import RACK_LABEL
+from extender.plan.config import RACK_LABEL
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.cluster.waits import unschedulable_message
 from testkit.extender_harness import (

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from kube.resources import LEADER_WORKER_SETS
+from nativedra.base.kube.resources import LEADER_WORKER_SETS
 from nativedra.cluster import ControlPlane, addons, controlplane, resolve, wait_for
 from nativedra.cluster.addons import LWS, start_addon
 from nativedra.cluster.controlplane import free_port

@@ -25,9 +25,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from kubernetes import client, config
 
-from extender.cert_renewal import Ca, Issued, Policy, load_ca, renew
-from extender.cert_renewal_files import publish_pair
-from extender.cert_renewal_secret import renew_serving_secret
+from nativedra.base.certs.renewal import Ca, Issued, Policy, load_ca, renew
+from nativedra.base.certs.renewal_files import publish_pair
+from nativedra.base.certs.renewal_secret import renew_serving_secret
 from nativedra.cluster import ControlPlane, commands, wait_for
 from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.credentials import write_kubeconfig

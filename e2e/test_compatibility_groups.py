@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from kube.names import DRIVER_NAME, FRACTION_CLASS, MIG_CLASS
+from nativedra.base.kube.names import DRIVER_NAME, FRACTION_CLASS, MIG_CLASS
 from nativedra.cluster import wait_for, wait_pod_unschedulable
 from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.objects import claim_template, gpu_pod, published_devices, request

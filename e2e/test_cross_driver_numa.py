@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kube.names import DRIVER_NAME, GPU_CLASS
-from kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from nativedra.base.kube.names import DRIVER_NAME, GPU_CLASS
+from nativedra.base.kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import claim_template, gpu_pod, request
 from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from extender.config import RACK_LABEL
-from extender.gang import JOBSET_NAME, LWS_NAME
-from kube.pods import pod_claim_names
-from kube.resources import RESOURCE_CLAIMS
+from extender.plan.config import RACK_LABEL
+from extender.pods.gang import JOBSET_NAME, LWS_NAME
+from nativedra.base.kube.pods import pod_claim_names
+from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands
 from nativedra.cluster.controlplane import stop_recorded
 from nativedra.demo.workloads import DEMO_NAMESPACE

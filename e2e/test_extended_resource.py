@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kube.names import EXTENDER_MARKER
-from kube.resources import RESOURCE_CLAIMS
+from nativedra.base.kube.names import EXTENDER_MARKER
+from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, wait_for
 from testkit.extender_harness import (
     ExtenderCluster,

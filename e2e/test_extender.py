@@ -23,8 +23,8 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slices import build_slices
-from extender.config import RACK_LABEL
-from kube.names import GPU_CLASS
+from extender.plan.config import RACK_LABEL
+from nativedra.base.kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node, wait_for, wait_pod_scheduled
 from nativedra.cluster.pki import renew_extender_tls
 from nativedra.cluster.waits import unschedulable_message

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from extender import informer as informer_module
-from extender.informer import run_informer
-from extender.state import ClusterState
-from kube.names import DRIVER_NAME
+from extender.cluster import informer as informer_module
+from extender.cluster.informer import run_informer
+from extender.cluster.state import ClusterState
+from nativedra.base.kube.names import DRIVER_NAME
 from nativedra.cluster import ControlPlane, wait_for
 from testkit.etcd import compact_and_restart
 

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from extender.config import RACK_LABEL
-from kube.names import EXTENDER_MARKER, EXTENDER_MARKER_QUANTITY, GPU_CLASS
+from extender.plan.config import RACK_LABEL
+from nativedra.base.kube.names import EXTENDER_MARKER, EXTENDER_MARKER_QUANTITY, GPU_CLASS
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.cluster.waits import unschedulable_message
 from nativedra.objects import apply_documents, claim_template, gpu_pod, request

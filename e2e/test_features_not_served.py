@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from kube.names import FRACTION_CLASS, GPU_CLASS, SHARE_CLASS
+from nativedra.base.kube.names import FRACTION_CLASS, GPU_CLASS, SHARE_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for
 from nativedra.cluster.binaries import minor_of
 from nativedra.cluster.commands import NodeDirs

@@ -27,8 +27,8 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from kube.names import DRIVER_NAME, GPU_NODE_LABEL
-from kube.resources import RESOURCE_CLAIMS
+from nativedra.base.kube.names import DRIVER_NAME, GPU_NODE_LABEL
+from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
 from nativedra.cluster.helm import CHART, Helm, build_helm
 from nativedra.cluster.realnode import ContainersUnavailableError, RealNode

@@ -21,8 +21,8 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slices import UNHEALTHY_TAINT_KEY, build_slices
-from kube.names import CDI_KIND, DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, SHARE_CLASS
-from kube.resources import RESOURCE_CLAIMS
+from nativedra.base.kube.names import CDI_KIND, DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, SHARE_CLASS
+from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.cluster.controlplane import free_port
 from nativedra.kubelet_client import HEALTHY, UNHEALTHY, health_stream, prepare, register, unprepare

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from extender.config import RACK_LABEL
-from extender.preemptor import COMPONENT as PREEMPTOR_COMPONENT
-from kube.names import FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
-from kube.resources import JOBSETS
+from extender.plan.config import RACK_LABEL
+from extender.preempt.preemptor import COMPONENT as PREEMPTOR_COMPONENT
+from nativedra.base.kube.names import FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
+from nativedra.base.kube.resources import JOBSETS
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.cluster.addons import JOBSET, LWS
 from nativedra.cluster.kueue_config import (

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from extender.leader import LeaderLease
+from extender.preempt.leader import LeaderLease
 from testkit.extender_harness import fresh_namespace
 
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from kube.names import DRIVER_NAME, EVERY_NODE_PROFILE
-from kube.resources import RESOURCE_SLICES
+from nativedra.base.kube.names import DRIVER_NAME, EVERY_NODE_PROFILE
+from nativedra.base.kube.resources import RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import apply_documents
 from testkit.manifests import kustomize

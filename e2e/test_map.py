@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from extender.config import RACK_LABEL
-from kube.names import GPU_CLASS
+from extender.plan.config import RACK_LABEL
+from nativedra.base.kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, commands, wait_for
 from nativedra.objects import claim_template, gpu_pod, request
 from testkit.extender_harness import (

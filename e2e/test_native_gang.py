@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from extender.config import RACK_LABEL
+from extender.plan.config import RACK_LABEL
 from nativedra.cluster import ControlPlane, wait_for
 from testkit.extender_harness import (
     ExtenderCluster,

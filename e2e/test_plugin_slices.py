@@ -18,8 +18,8 @@ from dra_driver.publishing.handover import Instance
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher, same_spec
 from dra_driver.publishing.slices import build_slices
-from kube.names import DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
-from kube.resources import RESOURCE_SLICES
+from nativedra.base.kube.names import DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
+from nativedra.base.kube.resources import RESOURCE_SLICES
 from nativedra.cluster import commands, wait_for, wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.objects import (
     apply_file,

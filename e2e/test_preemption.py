@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from extender.config import RACK_LABEL
-from kube.names import GPU_CLASS
-from kube.resources import JOBSETS
+from extender.plan.config import RACK_LABEL
+from nativedra.base.kube.names import GPU_CLASS
+from nativedra.base.kube.resources import JOBSETS
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.cluster.addons import JOBSET, start_addon
 from nativedra.objects import claim_template, gpu_pod, request

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from extender.preemptor import LEADER_LEASE
-from extender.reservation import LABEL
-from kube.names import GPU_CLASS
+from extender.cluster.reservation import LABEL
+from extender.preempt.preemptor import LEADER_LEASE
+from nativedra.base.kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import claim_template, gpu_pod, request
 from testkit.eviction_webhook import Evictions, eviction_webhook

@@ -25,8 +25,14 @@ from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR
-from kube.names import DRIVER_NAME, EXTENDER_MARKER, EXTENDER_MARKER_QUANTITY, GPU_NODE_LABEL, WHOLE_GPU_RESOURCE
-from kube.resources import RESOURCE_CLAIMS
+from nativedra.base.kube.names import (
+    DRIVER_NAME,
+    EXTENDER_MARKER,
+    EXTENDER_MARKER_QUANTITY,
+    GPU_NODE_LABEL,
+    WHOLE_GPU_RESOURCE,
+)
+from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
 from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender
 from nativedra.cluster.pki import extender_tls

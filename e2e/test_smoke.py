@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from kube.resources import DEVICE_CLASSES, RESOURCE_SLICES
+from nativedra.base.kube.resources import DEVICE_CLASSES, RESOURCE_SLICES
 from nativedra.cluster import wait_pod_scheduled, wait_pod_unschedulable
 from nativedra.objects import apply_documents, claim_template, gpu_pod, request
 from testkit.dra import allocated_results

@@ -12,8 +12,8 @@ import yaml
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
-from kube.names import DRIVER_NAME, GPU_CLASS
-from kube.resources import RESOURCE_SLICES
+from nativedra.base.kube.names import DRIVER_NAME, GPU_CLASS
+from nativedra.base.kube.resources import RESOURCE_SLICES
 from nativedra.cluster import wait_for, wait_pod_unschedulable
 from nativedra.cluster.binaries import minor_of
 from nativedra.cluster.components import DEFAULTS, Features

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kube.resources import NATIVE_POD_GROUPS
+from nativedra.base.kube.resources import NATIVE_POD_GROUPS
 from nativedra.cluster import ControlPlane, wait_for
 from testkit.extender_harness import ExtenderCluster, fresh_namespace
 from testkit.four_way import MODES, mode, nodes, remove_nodes, scheduler, two_gangs

@@ -4,7 +4,7 @@ HTTPS with client-certificate verification is the default: the extender's answer
 pods run, so only the scheduler (holding a certificate from --client-ca-file) may ask. Plain HTTP
 needs --insecure-http, meant for a loopback-only local control plane. Probes and metrics can be
 served on a separate plain-HTTP --probe-port, since the kubelet's HTTPS probes present no client
-certificate. The three TLS files are re-read when they change (extender/tls_reload.py), so
+certificate. The three TLS files are re-read when they change (nativedra/base/certs/tls_reload.py), so
 certificates rotate without a restart.
 """
 
@@ -27,19 +27,22 @@ import uvloop
 from fastapi import FastAPI
 from kubernetes.client import ApiClient
 
-from cmdline.flags import add_flag
-from extender.app import RequestLimits, create_app, create_probe_app
-from extender.cert_expiry import ExpiryWatch, api_warning_poster, pod_from_env
-from extender.config import ConfigError, load_config
-from extender.decide import Decider
-from extender.health import Watchdog
-from extender.informer import DEFAULT_NAMESPACE, run_informer
-from extender.leader import LeaderLease
-from extender.preemptor import LEADER_LEASE, Preemption, identity
-from extender.state import ClusterState
-from extender.tls_reload import ReloadingTls, TlsFileError, TlsFiles
-from gcutil.collector import space_out_collections
-from kube.client import api_client
+from extender.cluster.informer import DEFAULT_NAMESPACE, run_informer
+from extender.cluster.state import ClusterState
+from extender.devices.cel_eval import Selectors
+from extender.plan.capacity import Matcher
+from extender.plan.config import ConfigError, load_config
+from extender.plan.current import CurrentPlan
+from extender.plan.decide import Decider
+from extender.preempt.leader import LeaderLease
+from extender.preempt.preemptor import LEADER_LEASE, Preemption, identity
+from extender.serve.app import RequestLimits, create_app, create_probe_app
+from extender.serve.cert_expiry import ExpiryWatch, api_warning_poster, pod_from_env
+from extender.serve.health import Watchdog
+from nativedra.base.certs.tls_reload import ReloadingTls, TlsFileError, TlsFiles
+from nativedra.base.cmdline.flags import add_flag
+from nativedra.base.gcutil.collector import space_out_collections
+from nativedra.base.kube.client import api_client
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,7 @@ def _server(
     )
     if reloading is not None:
         # uvicorn loads the files once (and checks its settings); the server then listens with the
-        # reloading context instead, whose handshakes follow the files (extender/tls_reload.py).
+        # reloading context instead, whose handshakes follow the files (nativedra/base/certs/tls_reload.py).
         config.load()
         config.ssl = reloading.context
     return uvicorn.Server(config)
@@ -148,10 +151,14 @@ def _run(args: argparse.Namespace) -> int:
         ).start()
     limits = RequestLimits(planning_workers=args.planning_workers, stuck_after_seconds=args.stuck_request_seconds)
     watchdog = Watchdog(limits.stuck_after_seconds)
-    decider = Decider(config)
+    matcher = Matcher(Selectors(), config.driver)
+    plans = CurrentPlan(config, matcher)
+    decider = Decider(config, matcher, plans)
     if config.preemption:
         leader = LeaderLease(api, args.namespace, LEADER_LEASE, identity())
-        preemption = Preemption(api, state, decider, args.namespace, leader)
+        preemption = Preemption(
+            api, state, config, plans=plans, matcher=matcher, namespace=args.namespace, leader=leader
+        )
         threading.Thread(target=preemption.run, args=(stop,), name="preemption", daemon=True).start()
     servers = [_server(create_app(state, decider, limits, watchdog), args, args.port, reloading, **tls)]
     if args.probe_port:

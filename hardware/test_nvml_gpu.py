@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cdi_edits import ClaimDevice, HostDevices, claim_spec
 from dra_driver.discovery.nvml import CRITICAL_XID_EVENTS, DOUBLE_BIT_ECC_EVENT, NvmlBackend
 from dra_driver.discovery.simulated import model_facts, shipped_models
 from dra_driver.inventory import Inventory, Vendor
-from dra_driver.opaque_config import DEFAULT
+from dra_driver.kubelet.cdi_edits import ClaimDevice, HostDevices, claim_spec
+from dra_driver.kubelet.opaque_config import DEFAULT
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.published import DeviceKind
 from dra_driver.publishing.slices import (
@@ -25,7 +25,7 @@ from dra_driver.publishing.slices import (
     build_slices,
     devices_and_counters,
 )
-from kube.units import MIB
+from nativedra.base.kube.units import MIB
 
 
 def test_every_gpu_nvidia_smi_lists_is_discovered(inventory: Inventory, smi: dict[int, dict[str, str]]) -> None:

@@ -8,10 +8,10 @@ import sys
 from collections.abc import Callable, Sequence
 
 from dra_driver import cli as plugin_cli
-from dra_driver import probe as plugin_probe
-from extender import cert_renewal_cli
+from dra_driver.kubelet import probe as plugin_probe
 from extender import cli as extender_cli
 from nativedra import __version__
+from nativedra.base.certs import renewal_cli as cert_renewal_cli
 from nativedra.cluster import cli as cluster_cli
 from nativedra.demo import cli as demo_cli
 from nativedra.map import cli as map_cli

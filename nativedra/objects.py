@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 from kubernetes import client, dynamic
 
-from kube.names import DRIVER_NAME
-from kube.resources import NATIVE_POD_GROUPS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from nativedra.base.kube.names import DRIVER_NAME
+from nativedra.base.kube.resources import NATIVE_POD_GROUPS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 FIELD_MANAGER = "nativedra"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from kubernetes import client
 
-from extender.gang import JOBSET_EXCLUSIVE, LWS_EXCLUSIVE
-from kube.resources import JOBSETS, LEADER_WORKER_SETS
+from extender.pods.gang import JOBSET_EXCLUSIVE, LWS_EXCLUSIVE
+from nativedra.base.kube.resources import JOBSETS, LEADER_WORKER_SETS
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from typing import Any
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import build_slices
-from extender.config import RACK_LABEL
-from extender.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape, NativeGroup
-from extender.node_usage import Node, Usage, nodes_from, usage_from
-from extender.view import ClusterView
-from kube.names import DRIVER_NAME
+from extender.cluster.view import ClusterView
+from extender.devices.node_usage import Node, Usage, nodes_from, usage_from
+from extender.plan.config import RACK_LABEL
+from extender.pods.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape, NativeGroup
+from nativedra.base.kube.names import DRIVER_NAME
 
 DRIVER = DRIVER_NAME
 GPU = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"

@@ -7,10 +7,10 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_driver.opaque_config import API_VERSION
-from kube.names import CDI_CLASS, CDI_VENDOR, DRIVER_NAME, GPU_CLASS
-from kube.pods import pod_claim_names
-from kube.resources import RESOURCE_CLAIMS
+from dra_driver.kubelet.opaque_config import API_VERSION
+from nativedra.base.kube.names import CDI_CLASS, CDI_VENDOR, DRIVER_NAME, GPU_CLASS
+from nativedra.base.kube.pods import pod_claim_names
+from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import wait_for
 from nativedra.cluster.waits import describe_pod
 from nativedra.objects import claim_template, gpu_pod, request

@@ -23,8 +23,8 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slices import build_slices
-from kube.names import GPU_CLASS
-from kube.resources import RESOURCE_CLAIMS
+from nativedra.base.kube.names import GPU_CLASS
+from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.cluster.controlplane import free_port

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from extender.gang import GANG, GANG_SIZE
+from extender.pods.gang import GANG, GANG_SIZE
 
 GANG_LABELS = {GANG: "g", GANG_SIZE: "2"}
 CLAIMS = [{"name": "gpus", "resourceClaimTemplateName": "t"}]

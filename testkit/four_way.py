@@ -47,9 +47,9 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slices import build_slices
-from extender.config import RACK_LABEL
-from extender.gang import TOPOLOGY_REQUIRED
-from kube.names import GPU_CLASS
+from extender.plan.config import RACK_LABEL
+from extender.pods.gang import TOPOLOGY_REQUIRED
+from nativedra.base.kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node
 from nativedra.cluster.components import Features
 from nativedra.cluster.controlplane import free_port

@@ -10,7 +10,7 @@ from typing import Any
 
 from kubernetes import client, dynamic
 
-from kube.resources import JOBSETS, LEADER_WORKER_SETS
+from nativedra.base.kube.resources import JOBSETS, LEADER_WORKER_SETS
 from nativedra.cluster import ControlPlane
 from nativedra.cluster.addons import KUEUE, Addon, start_addon, stop_addon
 from nativedra.cluster.kueue_config import API_VERSION, QUEUE_LABEL

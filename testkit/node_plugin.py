@@ -12,7 +12,7 @@ from pathlib import Path
 from kubernetes import client
 
 from dra_driver.kubelet_paths import data_dir, dra_socket, registration_socket
-from kube.resources import RESOURCE_SLICES
+from nativedra.base.kube.resources import RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, commands, create_fake_node, resolve, wait_for
 from nativedra.cluster.commands import NodeDirs
 from nativedra.cluster.components import Features

@@ -22,11 +22,11 @@ import yaml
 from kubernetes import client
 
 from dra_driver.kubelet_paths import dra_socket
-from extender.config import RACK_LABEL
-from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
-from kube.names import GPU_CLASS
-from kube.pods import pod_claim_names
-from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
+from extender.plan.config import RACK_LABEL
+from extender.pods.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
+from nativedra.base.kube.names import GPU_CLASS
+from nativedra.base.kube.pods import pod_claim_names
+from nativedra.base.kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, create_fake_node
 from nativedra.kubelet_client import make_dev_tree, prepare, unprepare
 from nativedra.objects import claim_key, claim_template, gpu_pod, published_devices, request

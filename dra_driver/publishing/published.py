@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from dra_driver.inventory import Gpu
-from kube.units import quantity
+from nativedra.base.kube.units import quantity
 
 MEMORY_SLICE_PREFIX = "memory-slice-"  # MIG memory-slice counters: memory-slice-0 .. memory-slice-<n-1>
 

@@ -14,9 +14,9 @@ from kubernetes import client, watch
 from dra_driver import metrics
 from dra_driver.publishing.api_features import FieldsDroppedError, dropped_fields, feature_fields
 from dra_driver.publishing.handover import PUBLISHER_ANNOTATION, Instance, newer_instance
-from kube.names import DRIVER_NAME
-from kube.resources import RESOURCE_SLICES
-from kube.units import quantity
+from nativedra.base.kube.names import DRIVER_NAME
+from nativedra.base.kube.resources import RESOURCE_SLICES
+from nativedra.base.kube.units import quantity
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "nativedra"}
 QUANTITY_KEYS = frozenset({"value", "default", "min", "max", "step", "validValues"})

@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 from kubernetes import watch
 
-from dra_driver.node_devices import NodeDevices
 from dra_driver.publishing.api_features import FieldsDroppedError, describe, safe_config
 from dra_driver.publishing.handover import Instance
+from dra_driver.publishing.node_devices import NodeDevices
 from dra_driver.publishing.publisher import PublishResult, SlicePublisher
 from dra_driver.publishing.slices import pack_slices
-from gcutil.collector import freeze_survivors
+from nativedra.base.gcutil.collector import freeze_survivors
 
 log = logging.getLogger(__name__)
 WATCH_TIMEOUT_S = 30

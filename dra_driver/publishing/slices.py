@@ -18,8 +18,8 @@ from typing import Any
 from dra_driver.inventory import Gpu, Health, Inventory, MigProfile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.published import DeviceKind, Fraction, PublishedDevice, memory_slice_counter
-from kube.names import DRIVER_NAME, STANDARD_NUMA_ATTRIBUTE
-from kube.units import MIB
+from nativedra.base.kube.names import DRIVER_NAME, STANDARD_NUMA_ATTRIBUTE
+from nativedra.base.kube.units import MIB
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_ADVANCED = 64  # with taints, counters or list attributes

@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from kubernetes import config
 
-from cmdline.flags import add_flag
-from kube.names import GPU_NODE_LABEL
+from nativedra.base.cmdline.flags import add_flag
+from nativedra.base.kube.names import GPU_NODE_LABEL
 from nativedra.cluster import binaries
 from nativedra.cluster.addons import ADDONS, Addon, build_addon, start_addon
 from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, recorded_state, stop_recorded

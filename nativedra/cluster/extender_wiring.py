@@ -12,8 +12,8 @@ from typing import Any
 
 from kubernetes import client
 
-from extender.gang import GANG
-from kube.names import EVERY_NODE_PROFILE, EXTENDER_MARKER
+from extender.pods.gang import GANG
+from nativedra.base.kube.names import EVERY_NODE_PROFILE, EXTENDER_MARKER
 from nativedra.cluster.controlplane import ControlPlane
 from nativedra.cluster.pki import ExtenderTls
 from nativedra.cluster.scheduler_config import scheduler_extra

@@ -41,9 +41,6 @@ IMAGE_SOURCES = (
     "dra_driver",
     "cdi",
     "extender",
-    "kube",
-    "cmdline",
-    "fsutil",
     "manifests",
 )
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")

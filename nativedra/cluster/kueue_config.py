@@ -32,7 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kube.names import EXTENDER_MARKER, FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
+from nativedra.base.kube.names import EXTENDER_MARKER, FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
 
 CONFIG_API_VERSION = "config.kueue.x-k8s.io/v1beta2"
 API_VERSION = "kueue.x-k8s.io/v1beta2"

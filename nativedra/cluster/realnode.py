@@ -30,7 +30,7 @@ import yaml
 from kubernetes import client
 
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, KUBELET_ROOT
-from kube.names import CDI_VENDOR
+from nativedra.base.kube.names import CDI_VENDOR
 from nativedra.cluster import kube_proxy as proxy
 from nativedra.cluster import pki
 from nativedra.cluster.binaries import build_kubernetes

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kube.names import CLASS_RESOURCES, EVERY_NODE_PROFILE, EXTENDER_MARKER
+from nativedra.base.kube.names import CLASS_RESOURCES, EVERY_NODE_PROFILE, EXTENDER_MARKER
 from nativedra.cluster.pki import ExtenderTls
 
 
 def managed_resources() -> list[dict[str, Any]]:
     """The marker, ignored by the scheduler (no node has it), and our DeviceClasses' extended
-    resources, which its DRA plugin counts (see kube.names.CLASS_RESOURCES)."""
+    resources, which its DRA plugin counts (see nativedra.base.kube.names.CLASS_RESOURCES)."""
     return [
         {"name": EXTENDER_MARKER, "ignoredByScheduler": True},
         *({"name": name, "ignoredByScheduler": False} for name in CLASS_RESOURCES),

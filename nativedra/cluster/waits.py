@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from kubernetes import client
 
-from kube.resources import RESOURCE_CLAIMS
+from nativedra.base.kube.resources import RESOURCE_CLAIMS
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cmdline.flags import add_flag
+from nativedra.base.cmdline.flags import add_flag
 from nativedra.cluster import WaitTimeoutError, binaries
 from nativedra.cluster.cli import default_state_dir
 from nativedra.cluster.controlplane import ControlPlaneError

@@ -7,8 +7,8 @@ import sys
 from kubernetes import client
 
 from dra_driver.kubelet_paths import dra_socket
-from kube.pods import pod_claim_names
-from kube.resources import RESOURCE_CLAIMS
+from nativedra.base.kube.pods import pod_claim_names
+from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster.commands import NodeDirs
 from nativedra.kubelet_client import prepare
 from nativedra.objects import claim_key

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from extender.config import RACK_LABEL, ZONE_LABEL
+from extender.plan.config import RACK_LABEL, ZONE_LABEL
 from nativedra.cluster import ControlPlane, commands, create_fake_node, wait_for
 from nativedra.cluster.addons import JOBSET, KUEUE, LWS, start_addon
 from nativedra.cluster.cli import start_detached

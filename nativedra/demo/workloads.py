@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from kubernetes import client, dynamic
 
-from extender.config import RACK_LABEL
-from extender.gang import GANG, GANG_SIZE, JOBSET_NAME, TOPOLOGY_REQUIRED
-from kube.names import GPU_CLASS, SHARE_CLASS
-from kube.resources import JOBSETS
+from extender.plan.config import RACK_LABEL
+from extender.pods.gang import GANG, GANG_SIZE, JOBSET_NAME, TOPOLOGY_REQUIRED
+from nativedra.base.kube.names import GPU_CLASS, SHARE_CLASS
+from nativedra.base.kube.resources import JOBSETS
 from nativedra.cluster import kueue_config
 from nativedra.objects import apply_documents, apply_file, claim_template, gpu_pod, request, shipped
 from nativedra.workload_objects import ReplicatedJob, create_jobset, create_lws, pods_with

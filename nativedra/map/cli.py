@@ -10,10 +10,10 @@ import logging
 import sys
 from pathlib import Path
 
-from cmdline.flags import add_flag
-from extender.config import RACK_LABEL, ConfigError, load_config
-from extender.informer import DEFAULT_NAMESPACE
-from kube.client import api_client
+from extender.cluster.informer import DEFAULT_NAMESPACE
+from extender.plan.config import RACK_LABEL, ConfigError, load_config
+from nativedra.base.cmdline.flags import add_flag
+from nativedra.base.kube.client import api_client
 from nativedra.map.clustermap import render_svg
 from nativedra.map.read import read_cluster
 from nativedra.map.report import NODE_LINES_UP_TO, render_report

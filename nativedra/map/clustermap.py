@@ -10,10 +10,10 @@ from typing import Any
 from kubernetes import client
 
 from dra_driver.publishing.published import DeviceKind, DeviceView, memory_slices_of
-from extender.gang import gang_of
-from kube.names import DRIVER_NAME
-from kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
-from kube.units import quantity
+from extender.pods.gang import gang_of
+from nativedra.base.kube.names import DRIVER_NAME
+from nativedra.base.kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
+from nativedra.base.kube.units import quantity
 
 BAR = 16
 

@@ -1,6 +1,6 @@
 """Everything `nativedra map` shows, read from the API once: the objects the extender watches,
 listed as its informers list them into the same ClusterState, and the extender's plan made from
-them (extender.current_plan), so the holds shown are the ones every replica derives."""
+them (extender.plan.current), so the holds shown are the ones every replica derives."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
-from extender.config import ExtenderConfig
-from extender.decide import Decider
-from extender.informer import list_kind, lister_of
-from extender.reservation import Reservation
-from extender.state import ClusterState
+from extender.cluster.informer import list_kind, lister_of
+from extender.cluster.reservation import Reservation
+from extender.cluster.state import ClusterState
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import Decider
 from nativedra.map.clustermap import ClusterMap, build_map
 from nativedra.map.report import GangRow, gang_rows
 

@@ -4,7 +4,7 @@ and pending GPU pods with the scheduler's reason. Pure: a ClusterMap and the ext
 lines of at most `width` columns out (long ones wrapped).
 
 The holds are the extender's own plan, made here from the same objects by the same planner
-(extender.current_plan): every extender replica derives it from the API alone, so this map shows
+(extender.plan.current): every extender replica derives it from the API alone, so this map shows
 what they hold without asking them.
 """
 
@@ -15,8 +15,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from extender.plan_model import Gang, HoldClock, Plan
-from extender.reservation import Reservation
+from extender.cluster.reservation import Reservation
+from extender.pods.model import Gang, HoldClock, Plan
 from nativedra.map.clustermap import ClusterMap, NodeView, render_text
 
 NODE_LINES_UP_TO = 64  # GPU-by-GPU lines for clusters this small; larger ones by domain (or a line per node)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdi.spec import CdiDevice, ContainerEdits, DeviceNode, Mount, Spec, SpecError, minimum_version, to_document
-from kube.names import CDI_KIND
+from nativedra.base.kube.names import CDI_KIND
 
 NODE = DeviceNode(path="/dev/nvidia0", type="c", major=195, minor=0)
 

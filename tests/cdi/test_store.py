@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from cdi.store import SpecStore
-from kube.names import CDI_CLASS, CDI_VENDOR
+from nativedra.base.kube.names import CDI_CLASS, CDI_VENDOR
 from tests.cdi.test_spec import device, spec
 
 

@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from cdi.store import SpecStore
-from dra_driver.checkpoint import Checkpoint
-from dra_driver.claim import ClaimRef, ClaimSources
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.errors import PrepareError
+from dra_driver.kubelet.checkpoint import Checkpoint
+from dra_driver.kubelet.claim import ClaimRef, ClaimSources
+from dra_driver.kubelet.metadata_store import MetadataStore
+from dra_driver.kubelet.prepare import ClaimPreparer, LocalNode, Reporters
+from dra_driver.kubelet.stores import Stores, spec_store
 from dra_driver.live_instances import LiveInstances
-from dra_driver.metadata_store import MetadataStore
-from dra_driver.prepare import ClaimPreparer, LocalNode, Reporters
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.published import PublishedDevice
 from dra_driver.publishing.slices import devices_and_counters
-from dra_driver.stores import Stores, spec_store
-from kube.names import DRIVER_NAME
+from nativedra.base.kube.names import DRIVER_NAME
 
 NODE = "node-a"
 INVENTORY = load_profile(resolve_profile("h100-8x"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fsutil import atomic
+from nativedra.base.fsutil import atomic
 from tests.dra_driver.claims import Node
 
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from dra_driver.cdi_edits import ClaimDevice, ContainerGpuLimits, HostDevices, claim_spec, limits
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.opaque_config import API_VERSION, DEFAULT, GpuConfig, parse
+from dra_driver.kubelet.cdi_edits import ClaimDevice, ContainerGpuLimits, HostDevices, claim_spec, limits
+from dra_driver.kubelet.opaque_config import API_VERSION, DEFAULT, GpuConfig, parse
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.published import PublishedDevice
 from dra_driver.publishing.slices import devices_and_counters
-from kube.units import GIB
+from nativedra.base.kube.units import GIB
 
 H100_MIB = 81559  # memory of one GPU of the h100-8x profile
 

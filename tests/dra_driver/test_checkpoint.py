@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver import checkpoint as checkpoint_module
-from dra_driver.checkpoint import Checkpoint, ClaimRecord, ClaimState
-from fsutil.atomic import atomic_write
+from dra_driver.kubelet import checkpoint as checkpoint_module
+from dra_driver.kubelet.checkpoint import Checkpoint, ClaimRecord, ClaimState
+from nativedra.base.fsutil.atomic import atomic_write
 
 
 def record(uid: str, state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimRecord:

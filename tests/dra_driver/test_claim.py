@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from dra_driver.claim import ClaimRef, check_uid, our_results
 from dra_driver.errors import PrepareError
-from kube.names import DRIVER_NAME
+from dra_driver.kubelet.claim import ClaimRef, check_uid, our_results
+from nativedra.base.kube.names import DRIVER_NAME
 from tests.dra_driver.claims import NODE, claim
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_driver.claim import ClaimRef
-from dra_driver.claim_api import api_claim_reader
 from dra_driver.errors import PrepareError
+from dra_driver.kubelet.claim import ClaimRef
+from dra_driver.kubelet.claim_api import api_claim_reader
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 
-from dra_driver.claim_locks import ClaimLocks
+from dra_driver.kubelet.claim_locks import ClaimLocks
 
 
 def test_the_table_is_empty_after_50k_distinct_claims() -> None:

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from dra_driver.device_metadata import (
+from dra_driver.errors import PrepareError
+from dra_driver.kubelet.device_metadata import (
     AllocatedDevice,
     ClaimIdentity,
     claim_metadata,
     render,
     stream_text,
 )
-from dra_driver.errors import PrepareError
-from kube.names import DRIVER_NAME
+from nativedra.base.kube.names import DRIVER_NAME
 from tests.dra_driver.claims import NODE, PUBLISHED
 
 UID = "0b6f4a3e-2a41-4c4e-9a55-2f1c1d2e3f40"

@@ -13,9 +13,9 @@ from typing import Any
 from kubernetes import client
 
 from dra_driver.background import Activity, Deferral
-from dra_driver.claim import ClaimRef
-from dra_driver.device_status import DeviceStatusReports, device_entries
-from kube.names import DRIVER_NAME
+from dra_driver.kubelet.claim import ClaimRef
+from dra_driver.kubelet.device_status import DeviceStatusReports, device_entries
+from nativedra.base.kube.names import DRIVER_NAME
 from tests.dra_driver.claims import NODE, Node, new_claim
 from tests.dra_driver.test_cdi_edits import claim_device, mps
 

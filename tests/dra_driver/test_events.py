@@ -6,9 +6,9 @@ import uuid
 from typing import Any
 
 from dra_driver.background import MAX_QUEUED
-from dra_driver.claim import ClaimRef
 from dra_driver.errors import PrepareError
-from dra_driver.events import MAX_REMEMBERED, FailureEvents
+from dra_driver.kubelet.claim import ClaimRef
+from dra_driver.kubelet.events import MAX_REMEMBERED, FailureEvents
 
 
 class Clock:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.claim import ClaimRef, ClaimSources
-from dra_driver.grpc_server import ClaimPool, DraServicer
+from dra_driver.kubelet.claim import ClaimRef, ClaimSources
+from dra_driver.kubelet.grpc_server import ClaimPool, DraServicer
 from dra_driver.proto.gen.dra.v1 import api_pb2 as dra_v1
 from tests.dra_driver.claims import Node, claim, new_claim
 

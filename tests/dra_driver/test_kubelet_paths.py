@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.kubelet_paths import MAX_UNIX_PATH, dra_socket, registration_socket
-from kube.names import DRIVER_NAME
+from nativedra.base.kube.names import DRIVER_NAME
 
 
 def test_socket_names_follow_kubelet_conventions() -> None:

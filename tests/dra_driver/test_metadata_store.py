@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.metadata_store import FILE_MODE, SUBDIR, MetadataStore
+from dra_driver.kubelet.metadata_store import FILE_MODE, SUBDIR, MetadataStore
 
 FILES = {"gpus": '{"devices": ["gpu-0"]}', "small": '{"devices": ["gpu-2-1of4-0"]}'}
 

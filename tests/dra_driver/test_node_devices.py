@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from dra_driver.discovery.simulated import SimulatedBackend
-from dra_driver.node_devices import NodeDevices
+from dra_driver.publishing.node_devices import NodeDevices
 from dra_driver.publishing.publish_config import PublishConfig
 
 

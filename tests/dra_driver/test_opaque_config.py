@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.opaque_config import API_VERSION, ConfigError, SharingStrategy, config_for_request
-from kube.names import DRIVER_NAME
+from dra_driver.kubelet.opaque_config import API_VERSION, ConfigError, SharingStrategy, config_for_request
+from nativedra.base.kube.names import DRIVER_NAME
 
 MPS = {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}
 SLICED = {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver import checkpoint as checkpoint_module
-from dra_driver.checkpoint import ClaimState
-from dra_driver.claim import ClaimRef, PreparedDevice
 from dra_driver.errors import PrepareError
-from kube.names import CDI_KIND
+from dra_driver.kubelet import checkpoint as checkpoint_module
+from dra_driver.kubelet.checkpoint import ClaimState
+from dra_driver.kubelet.claim import ClaimRef, PreparedDevice
+from nativedra.base.kube.names import CDI_KIND
 from tests.dra_driver.claims import NODE, Node, new_claim
 
 

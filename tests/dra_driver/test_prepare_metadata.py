@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.checkpoint import ClaimRecord, ClaimState
-from dra_driver.claim import ClaimRef
-from dra_driver.device_metadata import render
-from dra_driver.repair import reconcile
-from kube.names import CDI_KIND, DRIVER_NAME
+from dra_driver.kubelet.checkpoint import ClaimRecord, ClaimState
+from dra_driver.kubelet.claim import ClaimRef
+from dra_driver.kubelet.device_metadata import render
+from dra_driver.kubelet.repair import reconcile
+from nativedra.base.kube.names import CDI_KIND, DRIVER_NAME
 from tests.dra_driver.claims import NODE, PUBLISHED, Node, claim, new_claim
 from tests.dra_driver.test_device_metadata import objects
 

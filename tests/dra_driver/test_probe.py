@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dra_driver.grpc_server import ClaimPool, DraServicer, RegistrationServicer
-from dra_driver.probe import probe
+from dra_driver.kubelet.grpc_server import ClaimPool, DraServicer, RegistrationServicer
+from dra_driver.kubelet.probe import probe
 from dra_driver.proto.gen.dra.v1 import api_pb2 as dra_v1
 from dra_driver.proto.gen.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from dra_driver.proto.gen.pluginregistration.v1 import api_pb2_grpc as registration_grpc

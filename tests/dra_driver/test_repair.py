@@ -18,16 +18,16 @@ from typing import Any
 import pytest
 
 from cdi.store import SpecStore
-from dra_driver import repair
-from dra_driver.checkpoint import ClaimRecord, ClaimState
-from dra_driver.claim import ClaimRef, ClaimSources, PreparedDevice
 from dra_driver.errors import PrepareError
+from dra_driver.kubelet import repair
+from dra_driver.kubelet.checkpoint import ClaimRecord, ClaimState
+from dra_driver.kubelet.claim import ClaimRef, ClaimSources, PreparedDevice
+from dra_driver.kubelet.metadata_store import MetadataStore
+from dra_driver.kubelet.prepare import ClaimPreparer, Reporters
+from dra_driver.kubelet.repair import reconcile, repair_when_alone
+from dra_driver.kubelet.stores import Stores
 from dra_driver.live_instances import LiveInstances
-from dra_driver.metadata_store import MetadataStore
-from dra_driver.prepare import ClaimPreparer, Reporters
-from dra_driver.repair import reconcile, repair_when_alone
-from dra_driver.stores import Stores
-from kube.names import CDI_CLASS, CDI_KIND, CDI_VENDOR
+from nativedra.base.kube.names import CDI_CLASS, CDI_KIND, CDI_VENDOR
 from tests.dra_driver.claims import Node, claim, new_claim
 from tests.dra_driver.claims import plugin_instance as instance
 

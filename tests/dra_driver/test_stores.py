@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
-from dra_driver.checkpoint import ClaimState
-from dra_driver.stores import prepared_count, spec_store
+from dra_driver.kubelet.checkpoint import ClaimState
+from dra_driver.kubelet.stores import prepared_count, spec_store
 from tests.dra_driver.claims import Node, new_claim
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 
 from dra_driver.inventory import Gpu, Vendor
-from dra_driver.vendor_cdi import vendor_device_id
-from kube.names import CDI_KIND, CDI_VENDOR
+from dra_driver.kubelet.vendor_cdi import vendor_device_id
+from nativedra.base.kube.names import CDI_KIND, CDI_VENDOR
 
 GPU = Gpu.model_validate_json(
     json.dumps(

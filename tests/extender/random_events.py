@@ -10,9 +10,9 @@ import random
 from datetime import datetime
 from typing import Any
 
-from extender.config import RACK_LABEL
-from extender.planner import ClusterPlan
-from extender.state import ClusterState
+from extender.cluster.state import ClusterState
+from extender.plan.config import RACK_LABEL
+from extender.plan.planner import ClusterPlan
 from testkit import builders
 from testkit.builders import CREATED, DRIVER, claimed_pod, gang_labels
 

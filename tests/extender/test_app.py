@@ -17,11 +17,11 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from extender.app import RequestLimits, create_app
-from extender.config import ExtenderConfig
-from extender.decide import Decider
-from extender.state import ClusterState
-from kube.names import DRIVER_NAME
+from extender.cluster.state import ClusterState
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import Decider
+from extender.serve.app import RequestLimits, create_app
+from nativedra.base.kube.names import DRIVER_NAME
 from testkit.extender_requests import CLAIMS, MALFORMED, request_body, request_pod
 from testkit.uvicorn_thread import loopback_port, running
 

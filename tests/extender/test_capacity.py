@@ -7,10 +7,10 @@ from decimal import Decimal
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import build_slices
-from extender.capacity import Matcher, available, members_fit
-from extender.cel_eval import Selectors
-from extender.demand import Demand, Request
-from extender.node_usage import Node, Usage, nodes_from, take
+from extender.devices.cel_eval import Selectors
+from extender.devices.node_usage import Node, Usage, nodes_from, take
+from extender.plan.capacity import Matcher, available, members_fit
+from extender.pods.demand import Demand, Request
 from testkit.builders import DRIVER, FRACTION, GPU, SHARE, gpu_nodes, node_objects
 
 SHARE_NODE = gpu_nodes({"n": {}}, shares=True)["n"]

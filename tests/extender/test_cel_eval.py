@@ -12,8 +12,8 @@ from typing import Any
 import cel
 import pytest
 
-from extender.capacity import Matcher
-from extender.cel_eval import Selectors, device_view
+from extender.devices.cel_eval import Selectors, device_view
+from extender.plan.capacity import Matcher
 from testkit.builders import DRIVER, gpu_nodes, node_objects
 
 PRODUCT = f"device.attributes['{DRIVER}'].productName"
@@ -50,7 +50,7 @@ def test_kubernetes_library_functions_evaluate_as_the_api_server_does() -> None:
 
 def test_a_function_nobody_taught_fails_open_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     view, selectors = _view(), Selectors()
-    with caplog.at_level(logging.WARNING, logger="extender.cel_eval"):
+    with caplog.at_level(logging.WARNING, logger="extender.devices.cel_eval"):
         for _ in range(3):
             assert selectors.matches("ip('10.0.0.1').family() == 4", view)
     assert len([r for r in caplog.records if "ip" in r.getMessage()]) == 1

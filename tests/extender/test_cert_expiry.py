@@ -15,7 +15,7 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 from extender import cli
-from extender.cert_expiry import (
+from extender.serve.cert_expiry import (
     REASON,
     ExpiryWatch,
     PodRef,
@@ -24,7 +24,7 @@ from extender.cert_expiry import (
     pod_from_env,
     pod_warning,
 )
-from extender.tls_reload import LoadedTls, ReloadingTls, TlsFiles
+from nativedra.base.certs.tls_reload import LoadedTls, ReloadingTls, TlsFiles
 from nativedra.cluster.pki import extender_tls
 
 NOW = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.verification import PolicyBuilder, Store
 
-from extender.cert_renewal import (
+from nativedra.base.certs.renewal import (
     LIFETIME,
     RENEW_BEFORE,
     Ca,

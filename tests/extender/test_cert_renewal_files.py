@@ -14,9 +14,9 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from extender import cert_renewal_files
-from extender.cert_renewal import Ca, Policy, RenewalError, load_ca, renew
-from extender.cert_renewal_files import CERT, DATA, KEY, VERSION_PREFIX, publish_pair, renew_client_dir
+from nativedra.base.certs import renewal_files as cert_renewal_files
+from nativedra.base.certs.renewal import Ca, Policy, RenewalError, load_ca, renew
+from nativedra.base.certs.renewal_files import CERT, DATA, KEY, VERSION_PREFIX, publish_pair, renew_client_dir
 from nativedra.cluster.pki import ExtenderTls, extender_tls
 
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)

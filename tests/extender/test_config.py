@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from extender.config import ConfigError, ExtenderConfig, load_config
+from extender.plan.config import ConfigError, ExtenderConfig, load_config
 
 
 def test_invalid_extender_config_names_the_field(tmp_path: Path) -> None:

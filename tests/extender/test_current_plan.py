@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from extender.config import ExtenderConfig
-from extender.decide import Decider
-from extender.plan_model import Gang
-from extender.planner import ClusterPlan
-from extender.scoring import score
-from extender.state import ClusterState
+from extender.cluster.state import ClusterState
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import Decider
+from extender.plan.planner import ClusterPlan
+from extender.plan.scoring import score
+from extender.pods.model import Gang
 from testkit import builders
 from testkit.builders import DRIVER
 from tests.extender.random_events import LATE, SOON, Cluster, same_plan

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from extender.config import ExtenderConfig
-from extender.decide import RETRY, Decider
-from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
-from extender.lag import feasible_nodes_to_find
-from extender.node_usage import Usage
-from extender.view import ClusterView
+from extender.cluster.lag import feasible_nodes_to_find
+from extender.cluster.view import ClusterView
+from extender.devices.node_usage import Usage
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import RETRY, Decider
+from extender.pods.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
 from testkit.builders import (
     CREATED,
     SHARE_CLASS,

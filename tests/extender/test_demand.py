@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.demand import allocated_node, demand_of
+from extender.pods.demand import allocated_node, demand_of
 from testkit import builders
 from testkit.builders import DRIVER, allocated_claim, pod
 

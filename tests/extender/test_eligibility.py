@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.eligibility import PlacedPods, eligible
+from extender.pods.eligibility import PlacedPods, eligible
 
 
 def test_eligibility_follows_selector_and_required_affinity() -> None:

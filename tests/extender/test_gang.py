@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from extender.gang import JobSetShape, gang_of, may_belong_to_gang
+from extender.pods.gang import JobSetShape, gang_of, may_belong_to_gang
 from testkit.builders import pod
 
 JOBSET_LABELS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.health import Watchdog
+from extender.serve.health import Watchdog
 
 
 class Clock:

@@ -4,13 +4,13 @@ the clock looks only there and comes out the same."""
 
 from __future__ import annotations
 
-from extender.capacity import Matcher
-from extender.cel_eval import Selectors
-from extender.demand import Demand, Request
-from extender.gang import gang_of
-from extender.hold_clock import hold_clock
-from extender.node_usage import Node, Usage
-from extender.plan_model import Gang, HoldClock, Member
+from extender.devices.cel_eval import Selectors
+from extender.devices.node_usage import Node, Usage
+from extender.plan.capacity import Matcher
+from extender.plan.hold_clock import hold_clock
+from extender.pods.demand import Demand, Request
+from extender.pods.gang import gang_of
+from extender.pods.model import Gang, HoldClock, Member
 from testkit.builders import DRIVER, GPU, gang_labels, pod, racks
 
 EIGHT = Demand((Request((GPU,), 8),))

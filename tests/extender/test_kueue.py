@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from extender.config import ExtenderConfig
-from extender.decide import Decider
-from extender.gang import KUEUE_REQUIRED
-from extender.kueue import (
+from extender.cluster.membership import GangSources, work_out
+from extender.devices.node_usage import Usage
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import Decider
+from extender.pods.gang import KUEUE_REQUIRED
+from extender.pods.kueue import (
     ADMISSION_GATE,
     HOSTNAME,
     TOPOLOGY_GATE,
@@ -21,9 +23,7 @@ from extender.kueue import (
     managed_by_kueue,
     pinned_by_kueue,
 )
-from extender.membership import GangSources, work_out
-from extender.node_usage import Usage
-from extender.preemptor import Preemption
+from extender.preempt.preemptor import Preemption
 from testkit.builders import CREATED, DRIVER, claim_template, gpu_nodes, jobset, jobset_pod, pod, racks, view
 
 SOON_AFTER = datetime.fromisoformat(CREATED.replace("Z", "+00:00")).timestamp() + 10
@@ -160,7 +160,16 @@ def test_the_extender_never_preempts_for_pods_kueue_manages() -> None:
     cluster = view(
         racks({"a": 1}), usage=full, pods=[outside, queued, *admitted_gang], templates=TEMPLATES, jobsets=[spec]
     )
-    preemption = Preemption(client.ApiClient(), None, Decider(ExtenderConfig()), "ns", None)  # type: ignore[arg-type]
-    gangs = {gang.ref.key: gang for gang in preemption.decider.plans.gangs(cluster)}
+    decider = Decider(ExtenderConfig())
+    preemption = Preemption(
+        client.ApiClient(),
+        None,  # type: ignore[arg-type]
+        decider.config,
+        plans=decider.plans,
+        matcher=decider.matcher,
+        namespace="ns",
+        leader=None,  # type: ignore[arg-type]
+    )
+    gangs = {gang.ref.key: gang for gang in preemption.plans.gangs(cluster)}
     waiting = preemption._waiting(cluster, gangs, SOON_AFTER)
     assert [preemptor.key for preemptor, _ in waiting] == ["ns/outside"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.lru import GenerationalCache, LruCache, Numbering
+from extender.devices.lru import GenerationalCache, LruCache, Numbering
 
 
 def test_the_least_recently_used_entry_goes_first() -> None:

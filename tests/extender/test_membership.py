@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from extender.gang import may_belong_to_gang
-from extender.membership import GangSources, dependencies, work_out
-from extender.plan_model import Entry
-from extender.view import ClusterView
+from extender.cluster.membership import GangSources, dependencies, work_out
+from extender.cluster.view import ClusterView
+from extender.pods.gang import may_belong_to_gang
+from extender.pods.model import Entry
 from testkit.builders import DRIVER
 from tests.extender.random_events import Cluster
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.config import RACK_LABEL, ExtenderConfig
-from extender.decide import RETRY, Decider
-from extender.gang import GANG, GANG_SIZE, NativeGroup, gang_of, may_belong_to_gang
-from extender.state import NATIVE_KINDS, ClusterState
+from extender.cluster.state import NATIVE_KINDS, ClusterState
+from extender.plan.config import RACK_LABEL, ExtenderConfig
+from extender.plan.decide import RETRY, Decider
+from extender.pods.gang import GANG, GANG_SIZE, NativeGroup, gang_of, may_belong_to_gang
 from testkit.builders import CREATED, DRIVER, allocated_claim, claim_template, gang_labels, pod, pod_group, racks, view
 from tests.extender.test_decide import SOON_AFTER
 

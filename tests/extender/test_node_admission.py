@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from extender.node_admission import NodeAdmission, Requests, members_that_fit, pod_requests, refusal, tolerates
+from extender.pods.node_admission import NodeAdmission, Requests, members_that_fit, pod_requests, refusal, tolerates
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 

@@ -6,7 +6,7 @@ import copy
 from decimal import Decimal
 from typing import Any
 
-from extender.node_usage import NodeDevice, share_values
+from extender.devices.node_usage import NodeDevice, share_values
 from testkit.builders import node_objects
 
 

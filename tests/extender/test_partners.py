@@ -7,14 +7,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from extender.capacity import Matcher, members_fit, place
-from extender.cel_eval import Selectors
-from extender.config import ScoreWeights
-from extender.demand import Demand, Partner, Request, requests_of
-from extender.node_usage import Node, Usage, nodes_from, partner_name, usage_from
-from extender.scoring import score
-from extender.state import ClusterState
-from kube.names import STANDARD_NUMA_ATTRIBUTE
+from extender.cluster.state import ClusterState
+from extender.devices.cel_eval import Selectors
+from extender.devices.node_usage import Node, Usage, nodes_from, partner_name, usage_from
+from extender.plan.capacity import Matcher, members_fit, place
+from extender.plan.config import ScoreWeights
+from extender.plan.scoring import score
+from extender.pods.demand import Demand, Partner, Request, requests_of
+from nativedra.base.kube.names import STANDARD_NUMA_ATTRIBUTE
 from testkit.builders import DRIVER, GPU, GPU_CLASS, allocated_claim, node_objects
 
 NIC_DRIVER = "nic.example.com"

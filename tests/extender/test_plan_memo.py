@@ -8,14 +8,14 @@ import copy
 
 import pytest
 
-from extender.capacity import Matcher
-from extender.cel_eval import Selectors
-from extender.config import ExtenderConfig
-from extender.decide import Decider
-from extender.node_usage import Node
-from extender.plan_memo import PlanMemo
-from extender.plan_model import HoldClock, PlanLimits
-from extender.planner import ClusterPlan, plan_cluster
+from extender.devices.cel_eval import Selectors
+from extender.devices.node_usage import Node
+from extender.plan.capacity import Matcher
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import Decider
+from extender.plan.memo import PlanMemo
+from extender.plan.planner import ClusterPlan, plan_cluster
+from extender.pods.model import HoldClock, PlanLimits
 from testkit.builders import DRIVER
 from tests.extender.random_events import LATE, SOON, Cluster, same_plan
 

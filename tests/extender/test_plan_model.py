@@ -3,9 +3,9 @@ place, when it last made progress, who stands for members not created yet, and w
 
 from __future__ import annotations
 
-from extender.demand import Demand, Request
-from extender.gang import gang_of
-from extender.plan_model import Gang, Member
+from extender.pods.demand import Demand, Request
+from extender.pods.gang import gang_of
+from extender.pods.model import Gang, Member
 from testkit.builders import GPU, gang_labels, pod, racks
 
 EIGHT = Demand((Request((GPU,), 8),))

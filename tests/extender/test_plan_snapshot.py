@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from extender.config import ExtenderConfig
-from extender.decide import Decider
-from extender.plan_snapshot import Change, Kind, PlanSnapshot, classify
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import Decider
+from extender.plan.snapshot import Change, Kind, PlanSnapshot, classify
 from tests.extender.random_events import SOON, Cluster
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from extender.capacity import Matcher
-from extender.cel_eval import Selectors
-from extender.demand import Demand, Request
-from extender.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED, gang_of
-from extender.node_usage import Node, Usage
-from extender.plan_model import ANYWHERE, Gang, Member, PlanLimits
-from extender.planner import ClusterPlan, _DomainMemo, gang_domains, plan_cluster
+from extender.devices.cel_eval import Selectors
+from extender.devices.node_usage import Node, Usage
+from extender.plan.capacity import Matcher
+from extender.plan.planner import ClusterPlan, _DomainMemo, gang_domains, plan_cluster
+from extender.pods.demand import Demand, Request
+from extender.pods.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED, gang_of
+from extender.pods.model import ANYWHERE, Gang, Member, PlanLimits
 from testkit.builders import DRIVER, GPU, gang_labels, gpu_nodes, pod, racks
 
 EIGHT = Demand((Request((GPU,), 8),))

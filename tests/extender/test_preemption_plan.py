@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
-from extender.capacity import Matcher
-from extender.cel_eval import Selectors
-from extender.config import ExtenderConfig
-from extender.current_plan import CurrentPlan
-from extender.demand import demand_of
-from extender.preemption_plan import (
+from extender.cluster.state import ClusterState
+from extender.cluster.view import ClusterView
+from extender.devices.cel_eval import Selectors
+from extender.plan.capacity import Matcher
+from extender.plan.config import ExtenderConfig
+from extender.plan.current import CurrentPlan
+from extender.pods.demand import demand_of
+from extender.preempt.preemption_plan import (
     Budget,
     Decision,
     NoHelp,
@@ -27,9 +29,7 @@ from extender.preemption_plan import (
     pod_preemptor,
     victim_units,
 )
-from extender.state import ClusterState
-from extender.victims import cost_of
-from extender.view import ClusterView
+from extender.preempt.victims import cost_of
 from testkit import builders
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod, gang_labels
 

@@ -12,12 +12,12 @@ from typing import Any
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import build_slices
-from extender.capacity import available
-from extender.demand import Request
-from extender.node_usage import Usage, take
-from extender.preemption_plan import Budget, Decision, NoHelp, decide
-from extender.reservation import Reservation, Reserved, Victim, lease_body
-from extender.state import ClusterState
+from extender.cluster.reservation import Reservation, Reserved, Victim, lease_body
+from extender.cluster.state import ClusterState
+from extender.devices.node_usage import Usage, take
+from extender.plan.capacity import available
+from extender.pods.demand import Request
+from extender.preempt.preemption_plan import Budget, Decision, NoHelp, decide
 from testkit.builders import DRIVER, FRACTION
 from tests.extender.test_partners import NIC_CLASS, NIC_DRIVER, gpu_and_nic, nic_claim, nic_slice
 from tests.extender.test_preemption_plan import MATCHER, NS, Cluster, _single

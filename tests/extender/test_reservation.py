@@ -12,10 +12,7 @@ from typing import Any
 
 import pytest
 
-from extender.config import ExtenderConfig
-from extender.decide import Decider
-from extender.node_usage import Usage
-from extender.reservation import (
+from extender.cluster.reservation import (
     NODES,
     PRIORITY,
     VICTIMS,
@@ -26,7 +23,10 @@ from extender.reservation import (
     from_lease,
     lease_body,
 )
-from extender.state import ClusterState
+from extender.cluster.state import ClusterState
+from extender.devices.node_usage import Usage
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import Decider
 from testkit import builders
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod
 

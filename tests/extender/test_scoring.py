@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from extender.capacity import Matcher
-from extender.cel_eval import Selectors
-from extender.config import ScoreWeights
-from extender.demand import Demand, Request
-from extender.node_usage import Node, Usage, usage_from
-from extender.scoring import score
+from extender.devices.cel_eval import Selectors
+from extender.devices.node_usage import Node, Usage, usage_from
+from extender.plan.capacity import Matcher
+from extender.plan.config import ScoreWeights
+from extender.plan.scoring import score
+from extender.pods.demand import Demand, Request
 from testkit.builders import DRIVER, FRACTION, GPU, allocated_claim, gpu_nodes
 
 MATCHER = Matcher(Selectors(), DRIVER)

@@ -1,4 +1,4 @@
-"""A score worked out once serves every node built and used alike (extender.decide): on a cluster
+"""A score worked out once serves every node built and used alike (extender.plan.decide): on a cluster
 of many identical nodes in a few usage patterns, every node's score equals a fresh `score` of that
 node, for pod shapes whose selectors read a per-GPU attribute (uuid) and ask for equal attributes
 too, and the state keeps one usage object per value."""
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from extender.config import ExtenderConfig
-from extender.decide import Decider
-from extender.scoring import score
-from extender.state import ClusterState
+from extender.cluster.state import ClusterState
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import Decider
+from extender.plan.scoring import score
 from testkit import builders
 from testkit.builders import CREATED, DRIVER, GPU_CLASS, claimed_pod
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from extender.state import ClusterState
-from extender.view import ClusterView
+from extender.cluster.state import ClusterState
+from extender.cluster.view import ClusterView
 from testkit.builders import DRIVER, allocated_claim, gang_labels, node_objects, pod
 
 NODES, SLICES = node_objects({"a": {"rack": "r1"}, "b": {"rack": "r1"}})

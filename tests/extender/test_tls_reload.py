@@ -22,7 +22,7 @@ from cryptography import x509
 from fastapi import FastAPI
 
 from extender import cli
-from extender.tls_reload import ReloadingTls, TlsFileError, TlsFiles, load
+from nativedra.base.certs.tls_reload import ReloadingTls, TlsFileError, TlsFiles, load
 from nativedra.cluster.pki import ExtenderTls, extender_tls, renew_extender_tls
 from testkit.uvicorn_thread import loopback_port, running
 
@@ -167,7 +167,7 @@ def test_files_that_cannot_be_loaded_keep_the_last_good_context_and_are_logged_o
     serial = _serial(tls.serving_cert)
     good_key = tls.serving_key.read_bytes()
     other = extender_tls(tmp_path / "other")
-    caplog.set_level(logging.ERROR, logger="extender.tls_reload")
+    caplog.set_level(logging.ERROR, logger="nativedra.base.certs.tls_reload")
     with serving(tls) as port:
         for broken, reason in (
             (good_key[: len(good_key) // 2], "holds no unencrypted PEM private key"),  # caught mid-write

@@ -10,9 +10,9 @@ import random
 
 import pytest
 
-from extender.state import ClusterState
-from extender.victim_index import VictimIndex
-from extender.view import ClusterView
+from extender.cluster.state import ClusterState
+from extender.cluster.view import ClusterView
+from extender.preempt.victim_index import VictimIndex
 from testkit import builders
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod
 from tests.extender.test_partners import nic_claim, nic_slice

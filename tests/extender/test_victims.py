@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from extender.victims import NOTHING, PRIORITY_OFFSET, Cost, Unit, cheapest, cost_of
+from extender.preempt.victims import NOTHING, PRIORITY_OFFSET, Cost, Unit, cheapest, cost_of
 
 
 def _case(seed: int) -> tuple[list[Unit], dict[str, int], dict[str, int], int]:

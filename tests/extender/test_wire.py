@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from extender.wire import (
+from extender.serve.wire import (
     ExtenderArgs,
     ExtenderFilterResult,
     MalformedBodyError,

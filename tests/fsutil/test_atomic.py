@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fsutil import atomic
+from nativedra.base.fsutil import atomic
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from gcutil.collector import built_in_bulk, collector_paused, freeze_survivors
+from nativedra.base.gcutil.collector import built_in_bulk, collector_paused, freeze_survivors
 
 
 def test_the_collector_is_paused_until_every_block_has_ended() -> None:

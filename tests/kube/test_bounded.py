@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kube import bounded
-from kube.bounded import TooManyPagesError, bounded_client, list_all
-from kube.resources import Resource
+from nativedra.base.kube import bounded
+from nativedra.base.kube.bounded import TooManyPagesError, bounded_client, list_all
+from nativedra.base.kube.resources import Resource
 
 
 def test_a_bounded_client_does_not_retry_and_leaves_the_original_as_it_was() -> None:

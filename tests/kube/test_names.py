@@ -1,4 +1,4 @@
-"""The names in kube/names.py are the ones users and the shipped manifests spell out (the plugin
+"""The names in nativedra/base/kube/names.py are the ones users and the shipped manifests spell out (the plugin
 DaemonSet's node label: tests/manifests/test_plugin_daemonset.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from kube.names import CDI_KIND, DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
+from nativedra.base.kube.names import CDI_KIND, DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
 
 BASE = Path(__file__).resolve().parents[2] / "manifests" / "base"
 

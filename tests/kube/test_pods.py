@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kube.pods import pod_claim_names
+from nativedra.base.kube.pods import pod_claim_names
 
 
 def test_direct_generated_and_not_yet_generated_claims() -> None:

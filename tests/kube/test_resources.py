@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kube import resources
-from kube.resources import Resource
+from nativedra.base.kube import resources
+from nativedra.base.kube.resources import Resource
 
 
 def test_a_core_resource_has_a_bare_version_and_a_named_group_a_qualified_one() -> None:

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from kube.units import GIB, MIB, quantity
+from nativedra.base.kube.units import GIB, MIB, quantity
 
 
 @pytest.mark.parametrize(

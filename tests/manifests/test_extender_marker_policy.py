@@ -12,9 +12,9 @@ import cel
 import pytest
 import yaml
 
-from extender.gang import IDENTITY_LABELS, may_belong_to_gang
-from kube.names import CLASS_RESOURCES, EVERY_NODE_PROFILE, EXTENDER_MARKER, EXTENDER_MARKER_QUANTITY
-from kube.pods import CLASS_RESOURCE_PREFIX
+from extender.pods.gang import IDENTITY_LABELS, may_belong_to_gang
+from nativedra.base.kube.names import CLASS_RESOURCES, EVERY_NODE_PROFILE, EXTENDER_MARKER, EXTENDER_MARKER_QUANTITY
+from nativedra.base.kube.pods import CLASS_RESOURCE_PREFIX
 from nativedra.cluster.extender_wiring import ROUTING_POLICY_NAME
 from nativedra.cluster.scheduler_config import managed_resources
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from extender.informer import CUSTOM_RESOURCES
-from extender.state import ClusterState
+from extender.cluster.informer import CUSTOM_RESOURCES
+from extender.cluster.state import ClusterState
 
 REPO = Path(__file__).resolve().parents[2]
 BUILT_IN = {"pods": "", "nodes": "", "poddisruptionbudgets": "policy"}  # kinds listed through typed APIs

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR
-from kube.names import GPU_NODE_LABEL
+from nativedra.base.kube.names import GPU_NODE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER_ROOT = "/driver-root"

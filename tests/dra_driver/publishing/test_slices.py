@@ -23,7 +23,7 @@ from dra_driver.publishing.slices import (
     dns_label,
     semver,
 )
-from kube.names import DRIVER_NAME
+from nativedra.base.kube.names import DRIVER_NAME
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kube.names import EXTENDER_MARKER
+from nativedra.base.kube.names import EXTENDER_MARKER
 from nativedra.cluster.addons import KUEUE, controller_config, conversions, kueue_metrics_certificate
 from nativedra.cluster.addons import webhook_configurations as configurations_of
 from nativedra.cluster.controlplane import ControlPlaneError

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from kube.names import EVERY_NODE_PROFILE
+from nativedra.base.kube.names import EVERY_NODE_PROFILE
 from nativedra.cluster.pki import extender_tls
 from nativedra.cluster.scheduler_config import scheduler_extra
 

@@ -11,8 +11,8 @@ import pytest
 from dra_driver.discovery.simulated import SimulatedBackend
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import devices_and_counters, pack_slices
-from extender.gang import GANG, GANG_SIZE
-from kube.names import DRIVER_NAME
+from extender.pods.gang import GANG, GANG_SIZE
+from nativedra.base.kube.names import DRIVER_NAME
 from nativedra.map.clustermap import BAR, GPU_W, ClusterMap, build_map, render_svg, render_text
 
 NODE = "node-a"

@@ -4,9 +4,9 @@ line fits the terminal, and gangs say what the extender holds for them and since
 from __future__ import annotations
 
 from dra_driver.publishing.published import DeviceKind
-from extender.demand import Demand
-from extender.gang import GangRef
-from extender.plan_model import Gang, HoldClock, Member, Plan
+from extender.pods.demand import Demand
+from extender.pods.gang import GangRef
+from extender.pods.model import Gang, HoldClock, Member, Plan
 from nativedra.map.clustermap import ClusterMap, GpuView, Holding, NodeView
 from nativedra.map.report import NODE_LINES_UP_TO, fragmentation, gang_rows, render_report
 

@@ -1,0 +1,204 @@
+"""Devices kept for a preemptor while its victims end, stored as a Lease in the extender's own
+namespace: every replica watches them, so all answer alike, and a replica that takes over a
+preemption half done finds what was decided. Pure: a reservation to a Lease body and back.
+
+The Lease holds the preemptor, its priority, the victims (each by UID, with the devices it held)
+and, per node, how many members go there and which devices and amounts they take. The state adds
+those to the node's usage, so no other pod or gang is planned onto them; the preemptor alone is
+answered with its nodes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from extender.devices.node_usage import Usage
+
+LABEL = "nativedra.dev/preemption"
+PREEMPTOR = "nativedra.dev/preemptor"
+DESCRIBED = "nativedra.dev/preemptor-description"
+PRIORITY = "nativedra.dev/priority"
+NODES = "nativedra.dev/reserved"
+VICTIMS = "nativedra.dev/victims"
+LEASE_PREFIX = "preempt-"
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """Devices kept for a preemptor on one node: how many members go there and what they take."""
+
+    slots: int
+    usage: Usage
+
+
+class ReservationError(ValueError):
+    """A preemption Lease that cannot be read; the message names the Lease and the field."""
+
+
+@dataclass(frozen=True)
+class Victim:
+    """A pod a decision evicts, by identity: a pod recreated under its name (a StatefulSet's, an
+    LWS group's) is another pod, and never a victim of that decision."""
+
+    pod: str  # namespace/name
+    uid: str  # "" for a Lease written before UIDs were recorded: such a victim is never evicted
+    devices: tuple[str, ...] = ()  # what it held when chosen: driver/pool/device
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pod": self.pod, "uid": self.uid, "devices": list(self.devices)}
+
+
+@dataclass(frozen=True)
+class Reservation:
+    lease: str
+    preemptor: str  # a pod's namespace/name, or a gang's key
+    what: str
+    priority: int
+    nodes: Mapping[str, Reserved]
+    victims: tuple[Victim, ...]
+    created: float  # unix seconds
+    expires: float
+    uid: str = ""  # the Lease's UID once written: it is deleted only under that precondition
+
+    @property
+    def victim_pods(self) -> tuple[str, ...]:
+        return tuple(victim.pod for victim in self.victims)
+
+
+def lease_name(preemptor: str) -> str:
+    """One Lease per preemptor: a second replica deciding the same preemption finds it taken."""
+    return LEASE_PREFIX + hashlib.sha256(preemptor.encode()).hexdigest()[:32]
+
+
+def _usage_json(usage: Usage) -> dict[str, Any]:
+    def amounts(values: Mapping[str, Mapping[str, Decimal]]) -> dict[str, dict[str, str]]:
+        return {key: {name: str(amount) for name, amount in sorted(a.items())} for key, a in sorted(values.items())}
+
+    return {
+        "devices": sorted(usage.devices),
+        "shared": amounts(usage.shared),
+        "counters": amounts(usage.counters),
+        "groups": {counter_set: sorted(groups) for counter_set, groups in sorted(usage.groups.items())},
+        "partners": sorted(usage.partners),
+    }
+
+
+def _micro(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def lease_body(reservation: Reservation, holder: str) -> dict[str, Any]:
+    nodes = {name: {"slots": r.slots, **_usage_json(r.usage)} for name, r in reservation.nodes.items()}
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": reservation.lease,
+            "labels": {LABEL: "true"},
+            "annotations": {
+                PREEMPTOR: reservation.preemptor,
+                DESCRIBED: reservation.what,
+                PRIORITY: str(reservation.priority),
+                NODES: json.dumps(nodes, sort_keys=True),
+                VICTIMS: json.dumps([v.to_json() for v in sorted(reservation.victims, key=lambda v: v.pod)]),
+            },
+        },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": max(1, round(reservation.expires - reservation.created)),
+            "acquireTime": _micro(reservation.created),
+            "renewTime": _micro(reservation.created),
+        },
+    }
+
+
+def _amounts(value: Any, where: str) -> dict[str, dict[str, Decimal]]:
+    if not isinstance(value, dict):
+        raise ReservationError(f"{where}: expected an object")
+    try:
+        return {str(k): {str(n): Decimal(str(a)) for n, a in v.items()} for k, v in value.items()}
+    except (AttributeError, InvalidOperation) as error:
+        raise ReservationError(f"{where}: expected amounts as decimal strings") from error
+
+
+def _reserved(value: Any, where: str) -> Reserved:
+    if not isinstance(value, dict) or not isinstance(value.get("slots"), int) or value["slots"] < 1:
+        raise ReservationError(f"{where}.slots: expected a positive integer")
+    devices = _names(value.get("devices", []), f"{where}.devices")
+    groups = value.get("groups", {})
+    if not isinstance(groups, dict):
+        raise ReservationError(f"{where}.groups: expected an object of counter set -> group names")
+    usage = Usage(
+        set(devices),
+        _amounts(value.get("shared", {}), f"{where}.shared"),
+        _amounts(value.get("counters", {}), f"{where}.counters"),
+        {str(k): frozenset(_names(v, f"{where}.groups[{k}]")) for k, v in groups.items()},
+        frozenset(_names(value.get("partners", []), f"{where}.partners")),
+    )
+    return Reserved(value["slots"], usage)
+
+
+def _names(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ReservationError(f"{where}: expected a list of names")
+    return value
+
+
+def _victim(value: Any, where: str) -> Victim:
+    """A victim as recorded; a bare namespace/name (a Lease of an earlier release) has no UID."""
+    if isinstance(value, str):
+        return Victim(value, "")
+    if not isinstance(value, dict) or not isinstance(value.get("pod"), str) or not isinstance(value.get("uid"), str):
+        raise ReservationError(f"{where}: expected an object with pod (namespace/name) and uid")
+    return Victim(value["pod"], value["uid"], tuple(_names(value.get("devices", []), f"{where}.devices")))
+
+
+def _seconds(text: Any, where: str) -> float:
+    try:
+        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError as error:
+        raise ReservationError(f"{where}: expected a timestamp, got {text!r}") from error
+
+
+def from_lease(lease: dict[str, Any]) -> Reservation:
+    metadata = lease.get("metadata") or {}
+    name = f"Lease {metadata.get('namespace', '')}/{metadata.get('name', '')}"
+    annotations = metadata.get("annotations") or {}
+    spec = lease.get("spec") or {}
+    for field in (PREEMPTOR, PRIORITY, NODES, VICTIMS):
+        if field not in annotations:
+            raise ReservationError(f"{name}: annotation {field} is missing")
+    try:
+        priority = int(annotations[PRIORITY])
+        nodes_json = json.loads(annotations[NODES])
+        victims = json.loads(annotations[VICTIMS])
+    except (ValueError, TypeError) as error:
+        raise ReservationError(
+            f"{name}: annotations {PRIORITY}, {NODES} and {VICTIMS} must be JSON: {error}"
+        ) from error
+    if not isinstance(nodes_json, dict) or not nodes_json:
+        raise ReservationError(f"{name}: annotation {NODES} must name at least one node")
+    if not isinstance(victims, list):
+        raise ReservationError(f"{name}: annotation {VICTIMS} must be a list of victims")
+    nodes = {str(node): _reserved(value, f"{name}: annotation {NODES}[{node}]") for node, value in nodes_json.items()}
+    duration = spec.get("leaseDurationSeconds")
+    if not isinstance(duration, int) or duration < 1:
+        raise ReservationError(f"{name}: spec.leaseDurationSeconds must be a positive integer")
+    created = _seconds(spec.get("acquireTime"), f"{name}: spec.acquireTime")
+    return Reservation(
+        str(metadata.get("name", "")),
+        annotations[PREEMPTOR],
+        annotations.get(DESCRIBED, annotations[PREEMPTOR]),
+        priority,
+        nodes,
+        tuple(_victim(v, f"{name}: annotation {VICTIMS}[{i}]") for i, v in enumerate(victims)),
+        created,
+        created + duration,
+        str(metadata.get("uid") or ""),
+    )

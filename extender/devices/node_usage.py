@@ -1,0 +1,458 @@
+"""The cluster as the extender needs it: nodes, their devices and counters, what claims use.
+
+Built from raw API objects (dicts) so it can be rebuilt from the API at any time; nothing in it
+lives only in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import cached_property
+from typing import Any
+
+import orjson
+
+from extender.devices.cel_eval import device_view
+from extender.devices.lru import Numbering
+from nativedra.base.kube.names import STANDARD_NUMA_ATTRIBUTE
+from nativedra.base.kube.units import quantity
+
+
+@dataclass(frozen=True)
+class NodeDevice:
+    """One device our driver publishes on a node, as the extender plans with it (not the plugin's
+    or CDI's device types): its CEL view, the counters it consumes, whether it can be shared."""
+
+    node: str
+    name: str
+    raw: dict[str, Any]
+    driver: str  # the driver that publishes it
+    consumes: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...]  # (counter set, ((counter, amount), ...))
+    multi: bool
+    tainted: bool
+    # (counter set, its compatibility groups) where the device names some (1.37 alpha): devices that
+    # draw on one counter set are allocated together only while they share a group.
+    groups: tuple[tuple[str, frozenset[str]], ...] = ()
+
+    @cached_property
+    def view(self) -> dict[str, Any]:
+        """What CEL sees, made when first needed: with node models (`Node.model`) selectors run on
+        one node of each model, so most devices never need one."""
+        return device_view(self.driver, self.raw)
+
+    def attribute(self, name: str) -> Any:
+        value = self.raw.get("attributes", {}).get(name)
+        return next(iter(value.values())) if value else None
+
+    def capacity(self, name: str) -> Decimal | None:
+        value = self.raw.get("capacity", {}).get(name)
+        return quantity(value["value"]) if value else None
+
+    @cached_property
+    def _capacities(self) -> dict[str, _Capacity]:
+        return {name: _Capacity.parse(entry) for name, entry in (self.raw.get("capacity") or {}).items()}
+
+    def consumption(self, requested: Mapping[str, Decimal]) -> dict[str, Decimal] | None:
+        """What one allocation asking `requested` takes of this shared device, charged as the DRA
+        allocator charges it: a capacity not asked for still costs its policy's default (the whole
+        capacity without a policy), so a share can never be free. None when the request asks for
+        a capacity the device lacks or breaks its policy: the device cannot serve it."""
+        if any(name not in self._capacities for name in requested):
+            return None
+        consumed = {}
+        for name, capacity in self._capacities.items():
+            amount = capacity.charge(requested.get(name))
+            if amount is None:
+                return None
+            consumed[name] = amount
+        return consumed
+
+    @cached_property
+    def allocations(self) -> int | None:
+        """The most allocations this device can ever hold at once (None: no capacity bounds it),
+        which bounds every loop that places pods on it."""
+        if not self.multi:
+            return 1
+        bounds = [c.value // c.smallest for c in self._capacities.values() if c.smallest]
+        return int(min(bounds)) if bounds else None
+
+
+@dataclass(frozen=True)
+class _Capacity:
+    """One consumable capacity of a shared device and its request policy."""
+
+    value: Decimal
+    default: Decimal | None
+    valid_values: tuple[Decimal, ...]
+    low: Decimal | None
+    high: Decimal | None
+    step: Decimal | None
+
+    @classmethod
+    def parse(cls, entry: dict[str, Any]) -> _Capacity:
+        policy = entry.get("requestPolicy") or {}
+        valid = policy.get("validRange") or {}
+
+        def optional(text: str | None) -> Decimal | None:
+            return quantity(text) if text is not None else None
+
+        return cls(
+            quantity(entry["value"]),
+            optional(policy.get("default")),
+            tuple(sorted(quantity(v) for v in policy.get("validValues") or [])),
+            optional(valid.get("min")),
+            optional(valid.get("max")),
+            optional(valid.get("step")),
+        )
+
+    @property
+    def smallest(self) -> Decimal | None:
+        """The least one allocation can take (None: any amount, however small)."""
+        return self.valid_values[0] if self.valid_values else self.low
+
+    def charge(self, requested: Decimal | None) -> Decimal | None:
+        """The amount consumed for `requested` (None: not asked), or None if the policy forbids it."""
+        if requested is None:
+            return self.default if self.default is not None else self.value
+        if self.valid_values:
+            return next((v for v in self.valid_values if v >= requested), None)
+        if self.low is not None:
+            requested = max(requested, self.low)
+            if self.step:
+                requested = self.low + math.ceil((requested - self.low) / self.step) * self.step
+        if self.high is not None and requested > self.high:
+            return None
+        return requested
+
+
+# What tells one GPU from its twin on another node of the same model: the attributes `Node.model`
+# leaves out, as published attribute names.
+IDENTITY_ATTRIBUTES = ("uuid", "resource.kubernetes.io/pciBusID")
+MAX_MODELS = 65_536  # distinct node models numbered at once
+_MODELS: Numbering[bytes] = Numbering(MAX_MODELS)
+_SHARED_VALUES: dict[tuple[str, str, type, object], dict[str, Any]] = {}
+MAX_SHARED_VALUES = 65_536  # distinct attribute and capacity values shared at once
+
+
+def share_values(resource_slice: dict[str, Any]) -> None:
+    """Replace each device's attribute and capacity value (a one-key dict such as {"string": "gpu"})
+    with the one object of that value, in place. A listed slice is the state's for as long as it
+    stands and is never changed: at 10,000 nodes about a million such dicts are held, nearly all
+    repeats ("gpu", "NVIDIA", a driver version, a memory size). Identity values (a uuid, a PCI
+    address) are unique, so they are left alone; past MAX_SHARED_VALUES new values are too."""
+    for device in (resource_slice.get("spec") or {}).get("devices") or []:
+        for section in ("attributes", "capacity"):
+            values = device.get(section)
+            if not isinstance(values, dict):
+                continue
+            for name, value in values.items():
+                if name in IDENTITY_ATTRIBUTES or not isinstance(value, dict) or len(value) != 1:
+                    continue
+                ((kind, content),) = value.items()
+                if isinstance(content, dict | list):
+                    continue
+                key = (section, kind, type(content), content)  # True and 1 are equal keys otherwise
+                shared = _SHARED_VALUES.get(key)
+                if shared is None:
+                    if len(_SHARED_VALUES) >= MAX_SHARED_VALUES:
+                        continue
+                    shared = _SHARED_VALUES[key] = value
+                values[name] = shared
+
+
+def _without_identity(raw: dict[str, Any]) -> dict[str, Any]:
+    """The device as published, less the attributes that tell it apart from its model's others."""
+    attributes = raw.get("attributes")
+    if not attributes or attributes.keys().isdisjoint(IDENTITY_ATTRIBUTES):
+        return raw
+    kept = attributes.copy()
+    for key in IDENTITY_ATTRIBUTES:
+        kept.pop(key, None)
+    return {**raw, "attributes": kept}
+
+
+def published_digest(resource_slice: dict[str, Any]) -> bytes:
+    """What a slice of ours publishes, in 16 bytes: its shared counters and everything its devices
+    publish (names, attributes, capacity, counters consumed, taints) less their identities. Worked
+    out as the slice arrives (`ClusterState`), while it is still in the CPU's caches: at 10,000 nodes
+    the same serialization at the first view, over slices listed long before, took 0.2 s."""
+    spec = resource_slice.get("spec") or {}
+    devices = [_without_identity(raw) for raw in spec.get("devices") or []]
+    return hashlib.blake2b(orjson.dumps([spec.get("sharedCounters"), devices]), digest_size=16).digest()
+
+
+@dataclass
+class Node:
+    name: str
+    labels: dict[str, str]
+    devices: dict[str, NodeDevice] = field(default_factory=dict)
+    counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    # Selector tuple -> the shape number of the devices it matches (extender.plan.capacity).
+    shapes: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
+    # Other drivers' devices here that publish the standard NUMA attribute, named
+    # `partner_name(driver, pool, device)`: what our devices can be aligned with.
+    partners: tuple[NodeDevice, ...] = ()
+    # `published_digest` of each of our slices the devices and counters come from, in their order.
+    published: tuple[bytes, ...] = field(default=(), compare=False, repr=False)
+
+    @cached_property
+    def model(self) -> int:
+        """A number for all that selectors, placing and scoring can read of this node's devices,
+        less each device's identity (`IDENTITY_ATTRIBUTES`): nodes of one hardware model and
+        configuration share it, so a selector that reads no identity matches the same devices on each
+        of them (extender.plan.capacity). Worked out once per node object, when first asked."""
+        return _MODELS.number(b"".join(self.published))
+
+    def work_out(self) -> None:
+        """Work out `model` and `allocations` now, off the request path (`Decider.warm_up`)."""
+        _ = self.model, self.allocations
+
+    @cached_property
+    def allocations(self) -> int | None:
+        """The most allocations all its devices can hold at once (None: unbounded). Devices never
+        change in a Node object: the state builds a new one when a slice changes."""
+        devices = self.devices.values()
+        if not any(device.multi for device in devices):
+            return len(devices)  # one allocation each
+        return total_allocations(device.allocations for device in devices)
+
+
+def total_allocations(counts: Iterable[int | None]) -> int | None:
+    """The sum of allocation bounds, None (unbounded) if any one is."""
+    listed = list(counts)
+    return None if None in listed else sum(c for c in listed if c is not None)
+
+
+def nodes_from(
+    node_objects: list[dict[str, Any]],
+    slices: list[dict[str, Any]],
+    driver: str,
+    digest: Callable[[dict[str, Any]], bytes] = published_digest,
+) -> dict[str, Node]:
+    """Nodes with the devices our driver publishes, and other drivers' NUMA-placed devices (only
+    pools whose latest generation is complete). `digest` gives a slice's `published_digest`, which
+    a caller may have kept since the slice arrived."""
+    nodes = {
+        n["metadata"]["name"]: Node(n["metadata"]["name"], dict(n["metadata"].get("labels") or {}))
+        for n in node_objects
+    }
+    latest: dict[tuple[str, str], int] = {}
+    for resource_slice in slices:
+        spec = resource_slice["spec"]
+        pool = (spec.get("driver", ""), spec["pool"]["name"])
+        latest[pool] = max(latest.get(pool, 0), int(spec["pool"].get("generation", 0)))
+    partners: dict[str, list[NodeDevice]] = {}
+    for resource_slice in slices:
+        spec = resource_slice["spec"]
+        node = nodes.get(spec.get("nodeName") or "")
+        slice_driver = spec.get("driver", "")
+        if node is None or int(spec["pool"].get("generation", 0)) != latest[(slice_driver, spec["pool"]["name"])]:
+            continue
+        if slice_driver != driver:
+            partners.setdefault(node.name, []).extend(_partners(node.name, slice_driver, spec))
+            continue
+        node.published += (digest(resource_slice),)
+        for counter_set in spec.get("sharedCounters") or []:
+            node.counters[counter_set["name"]] = {k: quantity(v["value"]) for k, v in counter_set["counters"].items()}
+        for raw in spec.get("devices") or []:
+            node.devices[raw["name"]] = _device(node.name, raw, driver)
+    for name, found in partners.items():
+        nodes[name].partners = tuple(found)
+    return nodes
+
+
+def _device(node: str, raw: dict[str, Any], driver: str) -> NodeDevice:
+    # Most devices consume no counters and carry no taint: those skip building empty tuples
+    # (10,000 nodes' first view builds 80,000 of them or more).
+    counters = raw.get("consumesCounters")
+    consumes: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...] = ()
+    groups: tuple[tuple[str, frozenset[str]], ...] = ()
+    if counters:
+        consumes = tuple(
+            (c["counterSet"], tuple((k, quantity(v["value"])) for k, v in c["counters"].items())) for c in counters
+        )
+        groups = tuple(
+            (c["counterSet"], frozenset(c["compatibilityGroups"])) for c in counters if c.get("compatibilityGroups")
+        )
+    taints: list[dict[str, Any]] = raw.get("taints") or []
+    tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in taints)
+    multi = bool(raw.get("allowMultipleAllocations"))
+    return NodeDevice(node, raw["name"], raw, driver, consumes, multi, tainted, groups)
+
+
+def partner_name(driver: str, pool: str, device: str) -> str:
+    return f"{driver}/{pool}/{device}"
+
+
+def _partners(node: str, driver: str, spec: dict[str, Any]) -> list[NodeDevice]:
+    """Another driver's devices with a NUMA node, modelled optimistically (the scheduler's DRA
+    plugin has the last word): a shareable one is never used up, counters and taints are not
+    read, so the extender never refuses a node the allocator would take."""
+    return [
+        NodeDevice(
+            node,
+            partner_name(driver, spec["pool"]["name"], raw["name"]),
+            raw,
+            driver,
+            (),
+            bool(raw.get("allowMultipleAllocations")),
+            False,
+        )
+        for raw in spec.get("devices") or []
+        if STANDARD_NUMA_ATTRIBUTE in (raw.get("attributes") or {})
+    ]
+
+
+@dataclass
+class Usage:
+    """What allocated claims use on one node: whole devices, shared capacity, counters."""
+
+    devices: set[str] = field(default_factory=set)
+    shared: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # multi device -> capacity used
+    counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # counter set -> used
+    groups: dict[str, frozenset[str]] = field(default_factory=dict)  # counter set -> groups its users share
+    partners: frozenset[str] = frozenset()  # other drivers' devices in use (`partner_name`)
+
+    def within(self, other: Usage) -> bool:
+        """Everything used here is used in `other` too (nothing was freed going from self to other)."""
+        return (
+            self.devices <= other.devices
+            and self.partners <= other.partners
+            and _amounts_within(self.shared, other.shared)
+            and _amounts_within(self.counters, other.counters)
+        )
+
+    def plus(self, other: Usage) -> Usage:
+        """Both at once: a device in either is in use, amounts add up. A reservation on top of the
+        claims' usage: it names devices its victims may still hold, so those count once."""
+        shared = {d: dict(c) for d, c in self.shared.items()}
+        _add_amounts(shared, other.shared)
+        counters = {s: dict(c) for s, c in self.counters.items()}
+        _add_amounts(counters, other.counters)
+        groups = {**other.groups, **self.groups}
+        for counter_set in self.groups.keys() & other.groups.keys():  # users of both must share a group
+            groups[counter_set] = self.groups[counter_set] & other.groups[counter_set]
+        return Usage(self.devices | other.devices, shared, counters, groups, self.partners | other.partners)
+
+    def minus(self, base: Usage) -> Usage:
+        """What this usage holds beyond `base` (which it contains): what placing pods added, with the
+        compatibility groups of the counter sets it draws on (devices kept for a MIG preemptor must
+        keep a fraction off their GPU)."""
+        shared = _subtract_amounts(self.shared, base.shared)
+        counters = _subtract_amounts(self.counters, base.counters)
+        groups = {counter_set: g for counter_set, g in self.groups.items() if counter_set in counters}
+        return Usage(self.devices - base.devices, shared, counters, groups, self.partners - base.partners)
+
+    def fingerprint(self) -> tuple[Any, ...]:
+        """Equal for equal usages: the state keeps one object per value (see ClusterState)."""
+        return (
+            frozenset(self.devices),
+            tuple((d, tuple(sorted(c.items()))) for d, c in sorted(self.shared.items())),
+            tuple((s, tuple(sorted(c.items()))) for s, c in sorted(self.counters.items())),
+            tuple(sorted(self.groups.items(), key=lambda item: item[0])),
+            self.partners,
+        )
+
+    def copy(self) -> Usage:
+        return Usage(
+            set(self.devices),
+            {d: dict(c) for d, c in self.shared.items()},
+            {s: dict(c) for s, c in self.counters.items()},
+            dict(self.groups),
+            self.partners,
+        )
+
+
+def _add_amounts(into: dict[str, dict[str, Decimal]], more: dict[str, dict[str, Decimal]]) -> None:
+    for key, amounts in more.items():
+        target = into.setdefault(key, {})
+        for name, amount in amounts.items():
+            target[name] = target.get(name, Decimal(0)) + amount
+
+
+def _subtract_amounts(
+    mine: dict[str, dict[str, Decimal]], base: dict[str, dict[str, Decimal]]
+) -> dict[str, dict[str, Decimal]]:
+    left: dict[str, dict[str, Decimal]] = {}
+    for key, amounts in mine.items():
+        for name, amount in amounts.items():
+            extra = amount - base.get(key, {}).get(name, Decimal(0))
+            if extra > 0:
+                left.setdefault(key, {})[name] = extra
+    return left
+
+
+def _amounts_within(mine: dict[str, dict[str, Decimal]], theirs: dict[str, dict[str, Decimal]]) -> bool:
+    return all(
+        amount <= theirs.get(key, {}).get(name, Decimal(0))
+        for key, amounts in mine.items()
+        for name, amount in amounts.items()
+    )
+
+
+# One device a claim's allocation names: (driver, pool, device, capacity it consumes of a shareable
+# device, None when it names none).
+Allocated = tuple[str, str, str, dict[str, Decimal] | None]
+
+
+def allocated_results(claim: dict[str, Any]) -> tuple[Allocated, ...]:
+    """The devices the claim is allocated (none while it is not): what its usage is made of, read
+    once as the claim arrives (`ClusterState`), not from the claim at each rebuild. An adminAccess
+    result uses nothing, as the scheduler counts it (`foreachAllocatedDevice`): evicting its pod
+    frees nothing, and it keeps nobody else off the device."""
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        return ()
+    found: list[Allocated] = []
+    for result in allocation.get("devices", {}).get("results") or []:
+        if result.get("adminAccess") is True:
+            continue
+        consumed = result.get("consumedCapacity")
+        amounts = {k: quantity(v) for k, v in consumed.items()} if consumed else None
+        found.append((result.get("driver", ""), result.get("pool", ""), result.get("device", ""), amounts))
+    return tuple(found)
+
+
+def usage_from(claims: list[dict[str, Any]], nodes: dict[str, Node], driver: str) -> dict[str, Usage]:
+    return usage_of(map(allocated_results, claims), nodes, driver)
+
+
+def usage_of(allocations: Iterable[tuple[Allocated, ...]], nodes: dict[str, Node], driver: str) -> dict[str, Usage]:
+    """What the claims with these `allocated_results` use on `nodes`."""
+    usage: dict[str, Usage] = {name: Usage() for name in nodes}
+    partner_nodes = {d.name: node.name for node in nodes.values() for d in node.partners if not d.multi}
+    in_use: dict[str, set[str]] = {}
+    for results in allocations:
+        for result_driver, pool, device_name, consumed in results:
+            if result_driver != driver:
+                name = partner_name(result_driver, pool, device_name)
+                if name in partner_nodes:
+                    in_use.setdefault(partner_nodes[name], set()).add(name)
+                continue
+            node = nodes.get(pool)
+            device = node.devices.get(device_name) if node is not None else None
+            if device is not None:
+                take(usage[pool], device, consumed)
+    for name, partners in in_use.items():
+        usage[name].partners = frozenset(partners)
+    return usage
+
+
+def take(usage: Usage, device: NodeDevice, consumed: dict[str, Decimal] | None = None) -> None:
+    """Record that `device` (or `consumed` of a shared device) is in use."""
+    if device.multi:
+        used = usage.shared.setdefault(device.name, {})
+        for name, amount in (consumed or {}).items():
+            used[name] = used.get(name, Decimal(0)) + amount
+    else:
+        usage.devices.add(device.name)
+    for counter_set, counters in device.consumes:
+        used_counters = usage.counters.setdefault(counter_set, {})
+        for name, amount in counters:
+            used_counters[name] = used_counters.get(name, Decimal(0)) + amount
+    for counter_set, groups in device.groups:
+        usage.groups[counter_set] = usage.groups.get(counter_set, groups) & groups

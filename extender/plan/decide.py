@@ -1,0 +1,300 @@
+"""Filter and prioritize answers from a cluster view and the current plan. No I/O: the app feeds it
+a view; planning is extender.plan.current's, membership extender.cluster.membership's."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from extender.cluster.lag import InFlight, complete_offer
+from extender.cluster.membership import node_of
+from extender.cluster.reservation import Reservation
+from extender.cluster.view import ClusterView
+from extender.devices.cel_eval import Selectors
+from extender.devices.lru import LruCache
+from extender.devices.node_usage import Node, Usage
+from extender.plan.capacity import Matcher, place
+from extender.plan.config import ExtenderConfig
+from extender.plan.current import CurrentPlan
+from extender.plan.node_groups import NodeGroups
+from extender.plan.planner import ClusterPlan
+from extender.plan.scoring import score
+from extender.pods.demand import Demand, allocated_node
+from extender.pods.gang import NATIVE, GangRef
+from extender.pods.keys import name_of, pod_key
+
+log = logging.getLogger(__name__)
+
+# The path of an answer that depends on an object the watches have not delivered yet (a claim
+# template, a JobSet): the app answers it as an extender error, which the scheduler retries after
+# a short backoff, instead of a rejection, which parks the pod until some cluster event (up to
+# 5 minutes when none comes).
+RETRY = "retry"
+
+
+def _held_nodes(
+    cluster: ClusterPlan, view: ClusterView, demand: Demand, names: list[str], matcher: Matcher
+) -> dict[str, str]:
+    """Nodes of `names` where `demand` fits only in capacity held for gangs, with why. Only held
+    nodes can fail, and they are few (the pending gangs' slots) against 5,000 names."""
+    asked = set(names)
+    failed = {}
+    for name, holders in cluster.holders.items():
+        node = view.nodes.get(name)
+        if holders and node is not None and name in asked and place(node, cluster.held[name], demand, matcher) is None:
+            failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
+    # Devices kept for preemptors are in the view's usage (a plan may be older than the view).
+    for reservation in view.reservations.values():
+        for name in reservation.nodes:
+            node = view.nodes.get(name)
+            if name not in asked or name in failed or node is None:
+                continue
+            if place(node, view.usage[name], demand, matcher) is None:
+                failed[name] = (
+                    f"the free devices on {name} are kept for {reservation.what} (priority {reservation.priority}), "
+                    "which preempted pods there"
+                )
+    return failed
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """One prioritize answer and what it was worked out from (mappings the state never changes)."""
+
+    names: list[str]
+    nodes: Mapping[str, Node]
+    usage: Mapping[str, Usage]
+    scores: dict[str, int]
+
+
+class Decider:
+    SCORE_DEMANDS = 16  # demands whose node scores are remembered, at most
+
+    def __init__(
+        self, config: ExtenderConfig, matcher: Matcher | None = None, plans: CurrentPlan | None = None
+    ) -> None:
+        """`matcher` and `plans` are shared with preemption where the command line wires both."""
+        self.config = config
+        self.matcher = matcher or Matcher(Selectors(), config.driver)
+        self.plans = plans or CurrentPlan(config, self.matcher)
+        self._in_flight = InFlight()  # gang members admitted and not yet shown placed (extender.cluster.lag)
+        # demand -> (shape of the matching devices, id of the usage) -> (usage, score): one score
+        # serves every node built and used alike, so a new pod shape is scored once per kind of
+        # node, not once per node. At most SCORE_DEMANDS demands (least recently used out), each
+        # at most twice the view's nodes (cleared past that).
+        self._shared_scores: LruCache[Demand, dict[tuple[object, ...], tuple[Usage, int]]] = LruCache(
+            self.SCORE_DEMANDS
+        )
+        # demand -> its last answer, what `prioritize` starts the next one from. Bounded the same way.
+        self._answers: LruCache[Demand, _Answer] = LruCache(self.SCORE_DEMANDS)
+        self._groups = NodeGroups()  # a new demand's first scores, by node model and usage
+        self.warm = threading.Event()  # set by `warm_up`: the process reports ready from then on
+
+    def warm_up(self, view: ClusterView) -> None:
+        """What the first call after the LIST would otherwise pay (1.6 s at 10,000 nodes): every
+        node's model and allocation count, the first plan, and the nodes' groups. Run before the process reports
+        ready, so a restarted replica takes no call it would answer that slowly. Ready even if
+        the plan fails: a call plans again, as it would have without this."""
+        try:
+            for node in view.nodes.values():
+                node.work_out()
+            self.plans.plan(view, None, time.time())
+            self._groups.follow(view)
+        except Exception:
+            log.exception("the first plan failed; calls plan for themselves")
+        finally:
+            self.warm.set()
+
+    def demand(self, view: ClusterView, pod: dict[str, Any]) -> Demand:
+        return view.demand_of(pod, self.config.driver)
+
+    def gang(self, view: ClusterView, pod: dict[str, Any]) -> GangRef | None:
+        return view.gang_of(pod)
+
+    def filter(
+        self, view: ClusterView, pod: dict[str, Any], names: list[str], now: float | None = None
+    ) -> tuple[list[str], dict[str, str], str]:
+        """(passing nodes, failed node -> reason, path taken for metrics).
+
+        A pod outside a gang is judged on held capacity alone: the scheduler sends only the nodes
+        that passed its own filters, inter-pod affinity among them. A gang member's nodes come from
+        its gang's plan, which weighs every member's affinity, since the scheduler sees one at a time."""
+        now = time.time() if now is None else now
+        ref = self.gang(view, pod)
+        demand = self.demand(view, pod)
+        if ref is None and not demand.needs_devices:
+            return names, {}, "fast"
+        if ref is None and demand.unresolved:
+            reason = f"waiting to see {', '.join(demand.unresolved)}"
+            return [], dict.fromkeys(names, reason), RETRY
+        reservation = view.reservations.get(ref.key if ref is not None else name_of(pod_key(pod)))
+        if reservation is not None:
+            return self._preempting(view, pod, reservation, names)
+        if ref is None:
+            return self._held_check(view, demand, names, now)
+        cluster = self.plans.plan(view, pod, now)
+        placed = allocated_node(pod, view.claims, self.config.driver)
+        if placed is not None:  # asked again after its claim was allocated: that node alone can take it
+            reason = f"the claims of this pod are allocated on {placed}"
+            return [n for n in names if n == placed], {n: reason for n in names if n != placed}, "gang"
+        plan = cluster.plans[ref.key]
+        if not plan.feasible:
+            return [], dict.fromkeys(names, plan.reason), RETRY if plan.transient else "gang-rejected"
+        slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
+        if not slots:  # nothing left to hold (e.g. all members bound): no restriction
+            return names, {}, "gang"
+        # kube-scheduler places a native PodGroup whole in one cycle against its own cache: the lag
+        # of the extender's watches cannot split it, and a retry would only send the group to backoff.
+        gone = [] if ref.source == NATIVE else self._taken_since(view, demand, slots, names)
+        if gone and len(gone) > self._in_flight.others(ref.key, pod_key(pod), lambda key: self._is_placed(view, key)):
+            self.plans.refresh_wanted.set()
+            reason = (
+                f"gang {ref.key} is planned onto {', '.join(gone)}, where the scheduler finds no room for this "
+                "pod any more (taken since the extender's watches last heard): not admitting a member before "
+                "the whole gang fits"
+            )
+            return [], dict.fromkeys(names, reason), RETRY
+        planned = sorted(slots)
+        passing = [name for name in names if name in slots]
+        if passing:
+            self._in_flight.admit(pod_key(pod), ref.key)
+        reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
+        return passing, {name: reason for name in names if name not in slots}, "gang"
+
+    def _preempting(
+        self, view: ClusterView, pod: dict[str, Any], reservation: Reservation, names: list[str]
+    ) -> tuple[list[str], dict[str, str], str]:
+        """A preemptor goes where its devices are kept (or, once its claim is allocated, there)."""
+        placed = allocated_node(pod, view.claims, self.config.driver)
+        nodes = {placed} if placed is not None else set(reservation.nodes)
+        reason = (
+            f"devices on {', '.join(sorted(nodes))} are being freed for {reservation.what}: "
+            f"{len(reservation.victims)} pod(s) of lower priority preempted"
+        )
+        return [n for n in names if n in nodes], {n: reason for n in names if n not in nodes}, "preempting"
+
+    def _is_placed(self, view: ClusterView, key: tuple[str, str]) -> bool:
+        return key in view.pods and node_of(view.pods[key], view.claims, self.config.driver) is not None
+
+    def _taken_since(self, view: ClusterView, demand: Demand, slots: Mapping[str, int], names: list[str]) -> list[str]:
+        """Planned nodes the scheduler no longer offers although the extender's view says this pod
+        fits there: the scheduler counts allocations it has made but the watches have not shown yet
+        (pods placed a moment ago). More of them than the gang's own members in flight means a pod
+        outside the gang took one: admitting a member then could strand half a gang. Only when the
+        offer is every feasible node the scheduler found, not a sample of a large cluster."""
+        if not complete_offer(len(names), len(view.nodes), self.config.percentage_of_nodes_to_score):
+            return []
+        offered = set(names)
+        return sorted(
+            name
+            for name in slots
+            if name not in offered
+            and name in view.nodes
+            and place(view.nodes[name], view.usage[name], demand, self.matcher) is not None
+        )
+
+    def _held_check(
+        self, view: ClusterView, demand: Demand, names: list[str], now: float
+    ) -> tuple[list[str], dict[str, str], str]:
+        """A pod outside every gang fails only on nodes whose free devices are held for gangs. From
+        an older plan (see `held_plan`) it may go onto capacity a gang was just planned onto, or be
+        kept off a node whose hold just ended, but never off every node: refused everywhere, it is
+        judged again by a plan of this view, so it is not parked as unschedulable by a stale plan."""
+        cluster, older = self.plans.held_plan(view, now)
+        failed = _held_nodes(cluster, view, demand, names, self.matcher)
+        if older and len(failed) == len(names):
+            failed = _held_nodes(self.plans.plan(view, None, now), view, demand, names, self.matcher)
+        if not failed:
+            return names, failed, "pass"
+        return [name for name in names if name not in failed], failed, "held-check"
+
+    def prioritize(self, view: ClusterView, pod: dict[str, Any], names: list[str]) -> dict[str, int]:
+        """Scores of `names`. The scheduler sends the same names for pod after pod while a watch
+        event or two changes a node in between: only the names whose node or usage object changed
+        since the demand's last answer are scored again (the rest are copied), so at 10,000 nodes a
+        call costs one pass comparing objects, not one score lookup per node."""
+        demand = self.demand(view, pod)
+        if not demand.requests:
+            return {}  # no preference: an unlisted host scores 0 (see wire.encode_priorities)
+        # A gang member is scored on real usage: the capacity held for its own gang is meant for it.
+        # Others on the plan's, which is the view's but where gangs hold capacity (`holders`).
+        usage: Mapping[str, Usage] = view.usage
+        differs: Collection[str] | None = ()
+        if not self.gang(view, pod):
+            held = self.plans.held_plan(view, time.time())[0]
+            usage = held.held
+            differs = held.holders if held.made_on(view.usage) else None
+        last = self._answers.get(demand)
+        if last is None or last.names != names:
+            scores = self._first_scores(view, usage, differs, demand, names)
+        elif last.nodes is view.nodes and last.usage is usage:
+            return last.scores
+        else:
+            scores = dict(last.scores)
+            nodes, before, used_before = view.nodes, last.nodes, last.usage
+            stale = [n for n in names if usage.get(n) is not used_before.get(n) or nodes.get(n) is not before.get(n)]
+            self._score(view, usage, demand, stale, scores)
+        self._answers.put(demand, _Answer(names, view.nodes, usage, scores))
+        return scores
+
+    def _first_scores(
+        self,
+        view: ClusterView,
+        usage: Mapping[str, Usage],
+        differs: Collection[str] | None,
+        demand: Demand,
+        names: list[str],
+    ) -> dict[str, int]:
+        """A demand's first answer for these names: by node group (`NodeGroups`) where nodes of one
+        model score alike and `usage` is the view's but on the nodes `differs` names (None: not
+        known), else node by node."""
+        if differs is not None and self.matcher.alike_by_model(demand):
+            one: dict[str, int] = {}
+
+            def value(name: str) -> int:
+                self._score(view, view.usage, demand, [name], one)
+                return one[name]
+
+            grouped = self._groups.scores(view, names, value)
+            if grouped is not None:
+                self._score(view, usage, demand, [name for name in differs if name in grouped], grouped)
+                return grouped
+        scores: dict[str, int] = {}
+        self._score(view, usage, demand, names, scores)
+        return scores
+
+    def _score(
+        self, view: ClusterView, usage: Mapping[str, Usage], demand: Demand, names: list[str], scores: dict[str, int]
+    ) -> None:
+        shared = self._shared_scores.get(demand)
+        if shared is None or len(shared) > 2 * len(view.nodes):
+            shared = {}
+            self._shared_scores.put(demand, shared)
+        # Nodes of one model match a demand that reads no device identity alike: its key is worked
+        # out once per model, so a new pod shape costs a few dictionary reads per node (at 10,000
+        # nodes a method call or two more per node was a third of its first prioritize).
+        by_model: dict[int, object] | None = {} if self.matcher.alike_by_model(demand) else None
+        for name in names:
+            node = view.nodes.get(name)
+            if node is None:
+                scores[name] = 0
+                continue
+            used = usage[name]
+            if by_model is None:
+                key = self.matcher.demand_key(node, demand)
+            else:
+                key = by_model.get(node.model)
+                if key is None:
+                    key = by_model[node.model] = self.matcher.demand_key(node, demand)
+            alike = (key, id(used))
+            found = shared.get(alike)
+            if found is not None and found[0] is used:  # the entry holds `used`: its id is not reused
+                value = found[1]
+            else:
+                value = score(node, used, demand, self.matcher, self.config.weights)
+                shared[alike] = (used, value)
+            scores[name] = value

@@ -1,0 +1,393 @@
+"""Preemption's I/O: the leading replica finds pods and gangs waiting for devices that lower-priority
+pods hold, records the decision (extender.cluster.reservation), evicts the victims through the Eviction
+API, and says so in events and metrics. The decision itself is extender.preempt.preemption_plan's.
+
+Every eviction can be defended:
+- Victims are pods by UID (the Lease records them): a pod recreated under a victim's name is
+  another pod and is never evicted for that decision; each eviction carries the UID as precondition.
+- Only the leader acts, and it proves it before each write (`LeaderLease.fence`): a replica that
+  stalled (a pause, CPU starvation, a slow API server) and lost the lead meanwhile finds its renewal
+  refused and drops its decision before evicting anything more.
+- Whole or nothing: every victim is evicted as a dry run first, so a decision a budget (or anything
+  else) refuses is dropped before the first pod goes; a refusal that comes later all the same
+  withdraws what is left, and the next decision leaves that pod out for a while.
+
+The Lease is written before the first eviction, so a replica that takes over mid-preemption finds
+it and evicts what is left, never more: pods already being deleted count as gone. The Lease goes
+once its preemptor is placed, gone, or has waited past the hold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kubernetes import client
+
+from extender.cluster.reservation import Reservation, Victim, lease_body
+from extender.cluster.state import ClusterState
+from extender.cluster.view import ClusterView
+from extender.devices.node_usage import Usage
+from extender.metrics import EVICTIONS, PREEMPTION_DECISIONS, PREEMPTION_SECONDS
+from extender.plan.capacity import Matcher
+from extender.plan.config import ExtenderConfig
+from extender.plan.current import CurrentPlan
+from extender.pods.demand import allocated_node
+from extender.pods.keys import created_at, key_of, name_of, priority_of, terminating
+from extender.pods.keys import pod_key as _pod_key
+from extender.pods.kueue import managed_by_kueue
+from extender.pods.model import Gang
+from extender.preempt.leader import LeaderLease
+from extender.preempt.preemption_plan import (
+    Budget,
+    Decision,
+    NoHelp,
+    Occupancy,
+    Preemptor,
+    gang_preemptor,
+    may_preempt,
+    pod_preemptor,
+    unschedulable,
+)
+from extender.preempt.preemption_plan import decide as decide_preemption
+from extender.preempt.victim_index import VictimIndex
+from nativedra.base.kube.events import pod_event
+from nativedra.base.kube.names import DRIVER_NAME
+
+log = logging.getLogger(__name__)
+COMPONENT = f"{DRIVER_NAME}/extender"
+LEADER_LEASE = "nativedra-extender-preemption"
+STEP_EVERY_S = 1.0
+BLOCKED_FOR_S = 60.0  # a pod whose budget refused its eviction is left out of decisions this long
+REPEAT_AFTER_S = 600.0  # the same "would not help" is told to a pod again after this long
+JUDGE_AGAIN_S = 10.0  # a preemptor eviction would not help is judged again after this long
+API_TIMEOUT_S = 10.0
+COURTESY_S = 0.001  # a decision lets requests run at least this often
+NOT_FOUND, CONFLICT = 404, 409
+DRY_RUN = "All"
+Key = tuple[str, str]
+
+
+class LeadLostError(Exception):
+    """This replica can no longer prove it leads: whatever it decided is dropped."""
+
+
+class EvictionRefusedError(Exception):
+    """The API refused an eviction; the pod is left out of decisions for a while."""
+
+
+def identity() -> str:
+    return os.environ.get("NATIVEDRA_POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def kept_usage(reservations: Iterable[Reservation]) -> dict[str, Usage]:
+    kept: dict[str, Usage] = {}
+    for reservation in reservations:
+        for node, reserved in reservation.nodes.items():
+            kept[node] = kept[node].plus(reserved.usage) if node in kept else reserved.usage
+    return kept
+
+
+class Preemption:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        state: ClusterState,
+        config: ExtenderConfig,
+        *,
+        plans: CurrentPlan,
+        matcher: Matcher,
+        namespace: str,
+        leader: LeaderLease,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.leases = client.CoordinationV1Api(api)
+        self.state = state
+        self.config = config
+        self.plans = plans
+        self.matcher = matcher
+        self.namespace = namespace
+        self.leader = leader
+        self.clock = clock
+        self.hold_seconds = config.preemption_hold_seconds
+        self._blocked: dict[str, float] = {}  # pod -> until (clock) it is left out
+        self._told: dict[tuple[str, str], float] = {}  # (preemptor, message) -> when told
+        # Preemptors eviction would not help, not judged again before then (a full cluster's
+        # waiting gangs would otherwise be judged every step).
+        self._unhelped: dict[str, float] = {}
+        self._index = VictimIndex(config.driver)  # who holds what, brought up to each view
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(STEP_EVERY_S):
+            if not self.leader.holding():
+                continue
+            try:
+                self.step()
+            except LeadLostError as error:
+                log.warning("no longer leading preemption, decision dropped: %s", error)
+            except Exception:
+                log.exception("preemption step failed; trying again")
+
+    def _fence(self, before: str) -> None:
+        if not self.leader.fence():
+            raise LeadLostError(f"the leader Lease could not be renewed before {before}")
+
+    def step(self) -> None:
+        view = self.state.view()
+        now = self.clock()
+        gangs = {gang.ref.key: gang for gang in self.plans.gangs(view)}
+        withdrawn = [r for r in list(view.reservations.values()) if self._tend(view, gangs, r, now)]
+        if withdrawn:
+            return  # this view still counts their devices as kept: decide on one without them
+        waiting = [(p, pods) for p, pods in self._waiting(view, gangs, now) if self._unhelped.get(p.key, 0) <= now]
+        if not waiting:
+            return
+        blocked = frozenset(pod for pod, until in self._blocked.items() if until > now)
+        budgets = [Budget.from_api(pdb) for pdb in view.budgets.values()]
+        admission, requested = self.state.node_room()
+        kept = kept_usage(view.reservations.values())
+        occupancy = Occupancy.of(view, self.config.driver, kept, admission, requested, index=self._index)
+        for preemptor, pods in waiting:
+            decision = decide_preemption(occupancy, preemptor, budgets, self.matcher, blocked, pause=_courteous())
+            if isinstance(decision, NoHelp):
+                self._not_helpful(decision, pods, now)
+                continue
+            self._start(view, decision, pods, now)
+            return  # one at a time: the next step plans with its Lease in the view
+
+    # -- who waits -----------------------------------------------------------------------------
+
+    def _waiting(
+        self, view: ClusterView, gangs: dict[str, Gang], now: float
+    ) -> list[tuple[Preemptor, list[dict[str, Any]]]]:
+        """Pods and gangs the scheduler found no node for, that may preempt and hold no devices
+        kept for them yet: the highest priority first, then the oldest."""
+        found: list[tuple[int, float, Preemptor, list[dict[str, Any]]]] = []
+        driver = self.config.driver
+        for key, pod in view.pods.items():
+            if not self._may_wait(view, pod) or managed_by_kueue(pod) or view.gang_of(pod) is not None:
+                continue
+            if name_of(key) in view.reservations or allocated_node(pod, view.claims, driver) is not None:
+                continue
+            demand = view.demand_of(pod, driver)
+            if demand.requests and not demand.unresolved:
+                created = created_at(pod)
+                found.append((priority_of(pod), created, pod_preemptor(pod, demand, view), [pod]))
+        plans = self.plans.plan(view, None, now).plans if gangs else {}
+        for gang_key, gang in gangs.items():
+            plan = plans.get(gang_key)
+            if gang_key in view.reservations or plan is None or plan.feasible or plan.transient or not gang.remaining:
+                continue
+            pods = [view.pods[key_of(m.pod)] for m in gang.members if key_of(m.pod) in view.pods]
+            waiting = [pod for pod in pods if not (pod.get("spec") or {}).get("nodeName")]
+            if not waiting or not any(unschedulable(pod) for pod in waiting):
+                continue
+            if not all(may_preempt(pod) and not terminating(pod) and not managed_by_kueue(pod) for pod in pods):
+                continue
+            priority = min(priority_of(pod) for pod in pods)
+            found.append((priority, min(created_at(p) for p in pods), gang_preemptor(gang, view, priority), waiting))
+        found.sort(key=lambda item: (-item[0], item[1], item[2].key))
+        return [(preemptor, pods) for _, _, preemptor, pods in found]
+
+    @staticmethod
+    def _may_wait(view: ClusterView, pod: dict[str, Any]) -> bool:
+        spec = pod.get("spec") or {}
+        return not spec.get("nodeName") and not terminating(pod) and may_preempt(pod) and unschedulable(pod)
+
+    # -- a decision ------------------------------------------------------------------------------
+
+    def _start(self, view: ClusterView, decision: Decision, pods: list[dict[str, Any]], now: float) -> None:
+        reservation = decision.reservation(now, self.hold_seconds)
+        victims = self._covered_first(decision)
+        try:
+            self._dry_run(view, victims)
+        except EvictionRefusedError:
+            return  # nothing was evicted; the next step decides without that pod
+        self._fence("recording a decision")
+        try:
+            created = self.leases.create_namespaced_lease(
+                self.namespace, lease_body(reservation, self.leader.identity), _request_timeout=API_TIMEOUT_S
+            )
+        except client.ApiException as error:
+            if error.status == CONFLICT:
+                return  # decided already (another replica, or this one before a restart)
+            raise
+        reservation = dataclasses.replace(reservation, uid=created.metadata.uid or "")
+        PREEMPTION_DECISIONS.labels("evicting").inc()
+        nodes = ", ".join(sorted(decision.reserved))
+        names = decision.evicted
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        what = decision.preemptor.what
+        message = f"preempting {len(names)} pod(s) of lower priority on {nodes} for {what}: {shown}"
+        log.info("%s", message)
+        for pod in pods:
+            self._event(pod, "Normal", "Preempting", message)
+        self._evict(view, reservation, victims)
+
+    @staticmethod
+    def _covered_first(decision: Decision) -> list[Victim]:
+        """The victims, those a budget covers first: if one is refused, nothing else was evicted."""
+        covered = {pod for unit in decision.victims if unit.budgets for pod in unit.pods}
+        return sorted(decision.identities, key=lambda victim: (victim.pod not in covered, victim.pod))
+
+    @staticmethod
+    def _target(view: ClusterView, victim: Victim) -> dict[str, Any] | None:
+        """The victim's pod if it is still there, that very pod, and not going already."""
+        pod = view.pods.get(key_of(victim.pod))
+        if pod is None or terminating(pod):
+            return None  # gone or going: counted as free already
+        if not victim.uid or pod["metadata"].get("uid") != victim.uid:
+            return None  # another pod of that name (or a victim recorded without UID): never a victim
+        return pod
+
+    def _eviction(self, victim: Victim, *, dry_run: bool) -> None:
+        namespace, name = key_of(victim.pod)
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": victim.uid}, **({"dryRun": [DRY_RUN]} if dry_run else {})},
+        }
+        extra = {"dry_run": DRY_RUN} if dry_run else {}
+        self.core.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=API_TIMEOUT_S, **extra)
+
+    def _dry_run(self, view: ClusterView, victims: list[Victim]) -> None:
+        """Every victim evicted as a dry run: the API's budgets and checks say no before any goes."""
+        for victim in victims:
+            if self._target(view, victim) is None:
+                continue
+            try:
+                self._eviction(victim, dry_run=True)
+            except client.ApiException as error:
+                if error.status in (NOT_FOUND, CONFLICT):
+                    continue  # gone, or replaced: the real eviction passes it over as well
+                self._refused(victim, error, "a dry run of its eviction")
+                raise EvictionRefusedError(victim.pod) from error
+
+    def _refused(self, victim: Victim, error: client.ApiException, what: str) -> None:
+        EVICTIONS.labels("blocked").inc()
+        now = self.clock()  # expired entries go as one is added: bounded by the last minute's refusals
+        self._blocked = {pod: until for pod, until in self._blocked.items() if until > now}
+        self._blocked[victim.pod] = now + BLOCKED_FOR_S
+        log.info("%s of %s refused (%s %s): deciding again without it", what, victim.pod, error.status, error.reason)
+
+    def _evict(self, view: ClusterView, reservation: Reservation, victims: list[Victim]) -> None:
+        for victim in victims:
+            pod = self._target(view, victim)
+            if pod is None:
+                continue
+            self._fence(f"evicting {victim.pod}")
+            try:
+                self._eviction(victim, dry_run=False)
+            except client.ApiException as error:
+                if error.status in (NOT_FOUND, CONFLICT):  # gone, or replaced by a pod of the same name
+                    EVICTIONS.labels("gone").inc()
+                    continue
+                # Refused after its dry run passed (a budget spent meanwhile, a policy, two budgets):
+                # what is left of the decision is dropped, not tried again every step.
+                self._refused(victim, error, "the eviction")
+                self._withdraw(reservation)
+                return
+            EVICTIONS.labels("evicted").inc()
+            nodes = ", ".join(sorted(set(reservation.nodes)))
+            self._event(
+                pod,
+                "Normal",
+                "Preempted",
+                f"Preempted by {reservation.what} (priority {reservation.priority}) to free devices on {nodes}",
+            )
+
+    def _withdraw(self, reservation: Reservation) -> None:
+        """The Lease goes, that very one: a later decision for the same preemptor keeps its own."""
+        self._fence(f"letting the preemption for {reservation.what} go")
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=reservation.uid or None))
+        try:
+            self.leases.delete_namespaced_lease(
+                reservation.lease, self.namespace, body=options, _request_timeout=API_TIMEOUT_S
+            )
+        except client.ApiException as error:
+            if error.status not in (NOT_FOUND, CONFLICT):
+                raise
+
+    def _not_helpful(self, decision: NoHelp, pods: list[dict[str, Any]], now: float) -> None:
+        self._unhelped[decision.preemptor.key] = now + JUDGE_AGAIN_S
+        if len(self._unhelped) > 4 * len(self.state.objects["pods"]) + 64:  # bounded by the cluster
+            self._unhelped = {k: v for k, v in self._unhelped.items() if v > now}
+        if not decision.candidates:
+            return  # nothing of lower priority holds devices: no preemption to speak of
+        told = (decision.preemptor.key, decision.reason)
+        if now - self._told.get(told, -REPEAT_AFTER_S) < REPEAT_AFTER_S:
+            return
+        self._told[told] = now
+        if len(self._told) > 4 * len(self.state.objects["pods"]) + 64:  # bounded by the cluster
+            self._told = {told: now}
+        PREEMPTION_DECISIONS.labels("not_helpful").inc()
+        for pod in pods:
+            self._event(pod, "Normal", "PreemptionNotHelpful", decision.reason)
+
+    # -- a decision under way ----------------------------------------------------------------------
+
+    def _tend(self, view: ClusterView, gangs: dict[str, Gang], reservation: Reservation, now: float) -> bool:
+        """Let a preemption go once its preemptor is placed, gone or past the hold; else evict what
+        a replica that led before could not (it may have stopped between two evictions). True when
+        it let one go."""
+        pods = self._preemptor_pods(view, gangs, reservation)
+        driver = self.config.driver
+        placed = [
+            pod for pod in pods if (pod.get("spec") or {}).get("nodeName") or allocated_node(pod, view.claims, driver)
+        ]
+        gang = gangs.get(reservation.preemptor)
+        done = not pods or (gang.remaining == 0 if gang is not None else len(placed) == len(pods))
+        if done:
+            if pods:
+                PREEMPTION_SECONDS.observe(max(0.0, now - reservation.created))
+                log.info("%s placed %.1f s after preempting", reservation.what, now - reservation.created)
+            self._withdraw(reservation)
+            return True
+        if now >= reservation.expires:
+            message = (
+                f"devices freed by preemption were kept {self.hold_seconds} s for {reservation.what}, "
+                "which was not placed meanwhile: they are let go"
+            )
+            log.info("%s", message)
+            for pod in pods:
+                self._event(pod, "Warning", "PreemptionExpired", message)
+            self._withdraw(reservation)
+            return True
+        self._evict(view, reservation, list(reservation.victims))
+        return False
+
+    @staticmethod
+    def _preemptor_pods(view: ClusterView, gangs: dict[str, Gang], reservation: Reservation) -> list[dict[str, Any]]:
+        gang = gangs.get(reservation.preemptor)
+        names = [m.pod for m in gang.members] if gang is not None else [reservation.preemptor]
+        return [view.pods[key_of(name)] for name in names if key_of(name) in view.pods]
+
+    def _event(self, pod: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        body = pod_event(pod, kind, reason, message, component=COMPONENT, now=dt.datetime.now(dt.UTC))
+        try:
+            self.core.create_namespaced_event(pod["metadata"]["namespace"], body, _request_timeout=API_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - an event lost is not worth a failed preemption
+            log.warning("could not post %s event on pod %s: %s", reason, name_of(_pod_key(pod)), error)
+
+
+def _courteous(every_s: float = COURTESY_S) -> Callable[[], None]:
+    """A pause that hands the interpreter to the request threads whenever the decision has held it
+    `every_s`: a decision over hundreds of nodes must not add its length to filter calls' latency."""
+    last = time.monotonic()
+
+    def pause() -> None:
+        nonlocal last
+        if time.monotonic() - last >= every_s:
+            time.sleep(0)  # releases the GIL: a waiting request thread takes it
+            last = time.monotonic()
+
+    return pause
