@@ -19,7 +19,8 @@ from extender.cluster.membership import GangSources, entries_of, gangs_of, place
 from extender.cluster.view import ClusterView
 from extender.plan.capacity import Matcher
 from extender.plan.config import ExtenderConfig
-from extender.plan.planner import ClusterPlan, plan_cluster
+from extender.plan.incremental import IncrementalPlan, plan_incrementally
+from extender.plan.planner import ClusterPlan
 from extender.plan.snapshot import Depends, Kind, PlanInputs, PlanSnapshot, affinity_matters, classify
 from extender.pods.eligibility import PlacedPods
 from extender.pods.gang import may_belong_to_gang
@@ -143,7 +144,7 @@ class CurrentPlan:
             # plan finds all those it did not change.
             wanted = 2 * len(view.nodes) * (len(gangs) + 1)
             self.matcher.fits.capacity = min(max(Matcher.FIT_CACHE_SIZE, wanted), self.FIT_CACHE_MAX)
-            result = plan_cluster(
+            result = plan_incrementally(
                 view.nodes,
                 view.usage,
                 gangs,
@@ -151,7 +152,7 @@ class CurrentPlan:
                 now=now,
                 limits=self.limits,
                 clocks=None if last is None else last.plan.clocks,
-                memo=None if last is None else last.plan.memo,
+                memo=last.plan.memo if last is not None and isinstance(last.plan, IncrementalPlan) else None,
                 changed=changed,
             )
         if last is None or view.version >= last.version:

@@ -28,7 +28,6 @@ from functools import cached_property
 from extender.devices.node_usage import Node, Usage, total_allocations
 from extender.plan.capacity import Matcher, members_fit, most_members
 from extender.plan.hold_clock import hold_clock
-from extender.plan.memo import Incremental, PlanMemo, Record, Seen
 from extender.pods.demand import Demand
 from extender.pods.gang import GangRef, Part
 from extender.pods.model import ANYWHERE, Gang, HoldClock, Plan, PlanLimits
@@ -41,12 +40,12 @@ class ClusterPlan:
     holders: dict[str, list[str]]  # node -> gangs holding capacity there
     clocks: dict[str, HoldClock] = field(default_factory=dict)  # per gang, for the next plan
     valid_until: float = math.inf  # the first moment a hold in it expires
-    memo: PlanMemo | None = field(default=None, compare=False, repr=False)  # for the next plan_cluster
+    base: Mapping[str, Usage] | None = field(default=None, compare=False, repr=False)  # the usage it was made on
 
     def made_on(self, usage: dict[str, Usage]) -> bool:
         """Whether this plan was made on `usage` (the very mapping): then `held` differs from it only
         on the nodes in `holders`."""
-        return self.memo is not None and self.memo.usage is usage
+        return self.base is usage
 
 
 class _BudgetSpentError(Exception):
@@ -516,6 +515,101 @@ def _by_age(gangs: list[Gang]) -> list[Gang]:
     return sorted(gangs, key=lambda g: (min(m.created for m in g.members), g.ref.key))
 
 
+class Planning:
+    """One plan of every gang, step by step: gangs whose plan nodes cannot change first (`settled`),
+    then each other gang's hold clock (`hold`), then the gangs still holding, oldest first, each
+    against the usage the older ones left (`place`), and last the expired ones behind them, holding
+    nothing. Each step is a method so that the incremental wrapper (extender.plan.incremental) can
+    answer it from what the last plan worked out; the rule itself lives here only."""
+
+    def __init__(
+        self,
+        nodes: dict[str, Node],
+        usage: dict[str, Usage],
+        matcher: Matcher,
+        *,
+        now: float,
+        limits: PlanLimits,
+        clocks: Mapping[str, HoldClock] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.nodes, self.usage, self.matcher = nodes, usage, matcher
+        self.now, self.limits, self.clock = now, limits, clock
+        self.clocks = clocks or {}
+        self.taken: dict[str, str] = {}  # node -> the exclusive gang part whose domain holds it
+        self._domains = _DomainMemo(nodes)
+
+    def settled(self, gang: Gang) -> Plan | None:
+        """The plan of a gang whose plan nodes cannot change (every member placed, a label error,
+        an object not seen yet): it holds nothing and has no clock."""
+        return _settled(gang, gang.demand()) if gang.members else None
+
+    def hold(self, gang: Gang) -> HoldClock:
+        return hold_clock(
+            gang,
+            self.clocks.get(gang.ref.key),
+            self.nodes,
+            self.usage,
+            self.matcher,
+            now=self.now,
+            timeout=self.limits.timeout,
+        )
+
+    def place(self, gang: Gang, working: dict[str, Usage], expired: bool) -> tuple[Plan, dict[str, Usage]]:
+        """The gang's plan against `working` (the usage the gangs before it left) and the usage it
+        holds; `expired` gangs plan behind the others."""
+        plan, changed, _ = self.plan_anew(gang, working)
+        return plan, changed
+
+    def plan_anew(self, gang: Gang, working: dict[str, Usage]) -> tuple[Plan, dict[str, Usage], bool]:
+        """`place` worked out, and whether it finished within the gang's budget."""
+        spent: list[bool] = []
+        plan, changed = _plan_in_budget(
+            gang,
+            working,
+            self.matcher,
+            taken=self.taken,
+            limits=self.limits,
+            memo=self._domains,
+            clock=self.clock,
+            spent=spent,
+        )
+        return plan, changed, not spent
+
+    def run(self, gangs: list[Gang]) -> ClusterPlan:
+        held = dict(self.usage)
+        holders: dict[str, list[str]] = defaultdict(list)
+        plans: dict[str, Plan] = {}
+        self.taken = {m.node: owner(g, m.part) for g in gangs if g.ref.exclusive for m in g.placed if m.node}
+        present = []
+        for gang in gangs:
+            settled = self.settled(gang)
+            if settled is not None:
+                plans[gang.ref.key] = settled
+            elif gang.members:
+                present.append(gang)
+        after = {g.ref.key: self.hold(g) for g in present}
+        active = [g for g in present if not after[g.ref.key].expired]
+        waiting = [g for g in present if after[g.ref.key].expired]
+        for gang in _by_age(active):
+            plan, changed = self.place(gang, held, False)
+            plans[gang.ref.key] = plan
+            held.update(changed)
+            for name in plan.slots:
+                holders[name].append(gang.ref.key)
+            if gang.ref.exclusive:
+                for part, slots in plan.part_slots.items():
+                    self.taken.update(dict.fromkeys(slots, owner(gang, part)))
+        after_active = dict(held)
+        for gang in _by_age(waiting):
+            plan, changed = self.place(gang, after_active, True)
+            plan.expired = True
+            plans[gang.ref.key] = plan
+            after_active.update(changed)
+        valid_until = min((c.since + self.limits.timeout for c in after.values() if not c.expired), default=math.inf)
+        return ClusterPlan(plans, held, dict(holders), after, valid_until, self.usage)
+
+
 def plan_cluster(
     nodes: dict[str, Node],
     usage: dict[str, Usage],
@@ -526,87 +620,9 @@ def plan_cluster(
     limits: PlanLimits,
     clocks: Mapping[str, HoldClock] | None = None,
     clock: Callable[[], float] = time.monotonic,
-    memo: PlanMemo | None = None,
-    changed: Collection[str] | None = None,
 ) -> ClusterPlan:
-    """Plans for all gangs; `held` is what pods outside these gangs may still use.
+    """Plans for all gangs, from scratch; `held` is what pods outside these gangs may still use.
 
     `clocks` are the hold clocks the previous plan returned (none after a restart); `clock`
-    measures the planning budget. `memo` is the previous plan's `memo`: with it, only the gangs
-    whose members, or the usage of nodes they may use, changed are planned again; the result is
-    the same as without it. `changed`, when given, names every node whose node or usage object may
-    differ from the memo's (from the watches' journal): only those are compared with it."""
-    clocks = clocks or {}
-    incremental = Incremental(memo, nodes, usage, limits, changed)
-    held = dict(usage)
-    holders: dict[str, list[str]] = defaultdict(list)
-    plans: dict[str, Plan] = {}
-    taken = {m.node: owner(g, m.part) for g in gangs if g.ref.exclusive for m in g.placed if m.node}
-    # A gang whose plan nodes cannot change (every member placed, a label error, an object not seen
-    # yet) holds nothing and has no clock: on a busy cluster most gangs are bound ones, and each
-    # event used to re-check the room on their nodes.
-    present = []
-    known = memo.settled if memo is not None else {}
-    settled_now: dict[int, tuple[Gang, Plan | None]] = {}
-    for gang in gangs:
-        found = known.get(id(gang))
-        if found is not None and found[0] is gang:  # members fixed once planned: the same answer
-            settled = found[1]
-        else:
-            settled = _settled(gang, gang.demand()) if gang.members else None
-        settled_now[id(gang)] = (gang, settled)
-        if settled is not None:
-            plans[gang.ref.key] = settled
-        elif gang.members:
-            present.append(gang)
-    usable = {g.ref.key: incremental.usable(g, nodes) for g in present}
-    domain_memo = _DomainMemo(nodes)
-    after = {
-        g.ref.key: hold_clock(
-            g,
-            clocks.get(g.ref.key),
-            nodes,
-            usage,
-            matcher,
-            now=now,
-            timeout=limits.timeout,
-            changed=incremental.clock_changes(g, clocks.get(g.ref.key)),
-            room=incremental.room,
-        )
-        for g in present
-    }
-    active = [g for g in present if not after[g.ref.key].expired]
-    waiting = [g for g in present if after[g.ref.key].expired]
-
-    def planned(gang: Gang, working: dict[str, Usage], expired: bool) -> tuple[Plan, dict[str, Usage]]:
-        def plan_anew() -> Record:
-            spent: list[bool] = []
-            plan, changed = _plan_in_budget(
-                gang, working, matcher, taken=taken, limits=limits, memo=domain_memo, clock=clock, spent=spent
-            )
-            return Record(gang.ref.key, expired, dict(taken), plan, changed, not spent)
-
-        record = incremental.next(
-            gang, expired, taken, usable[gang.ref.key], working=working, matcher=matcher, plan=plan_anew
-        )
-        return record.plan, record.changed
-
-    for gang in _by_age(active):
-        plan, changed = planned(gang, held, False)
-        plans[gang.ref.key] = plan
-        held.update(changed)
-        for name in plan.slots:
-            holders[name].append(gang.ref.key)
-        if gang.ref.exclusive:
-            for part, slots in plan.part_slots.items():
-                taken.update(dict.fromkeys(slots, owner(gang, part)))
-    after_active = dict(held)
-    for gang in _by_age(waiting):
-        plan, changed = planned(gang, after_active, True)
-        plan.expired = True
-        plans[gang.ref.key] = plan
-        after_active.update(changed)
-    valid_until = min((c.since + limits.timeout for c in after.values() if not c.expired), default=math.inf)
-    seen = {g.ref.key: Seen(g.ref, list(g.members), usable[g.ref.key], after[g.ref.key]) for g in present}
-    next_memo = PlanMemo(nodes, usage, limits, seen, incremental.records, settled_now)
-    return ClusterPlan(plans, held, dict(holders), after, valid_until, next_memo)
+    measures the planning budget."""
+    return Planning(nodes, usage, matcher, now=now, limits=limits, clocks=clocks, clock=clock).run(gangs)

@@ -1,16 +1,19 @@
-"""What one plan leaves for the next: a memo of what each gang was planned against, so the next
-plan re-plans only the gangs an event can affect. A performance memo only: `plan_cluster`
-(extender.plan.planner) gives the same result without it. Hold clocks are extender.plan.hold_clock's.
+"""The incremental wrapper around the planner: what one plan leaves for the next (a memo of what
+each gang was planned against), so the next plan re-plans only the gangs an event can affect. A
+performance memo only: `plan_incrementally` gives what `plan_cluster` (extender.plan.planner) gives
+from scratch. Hold clocks are extender.plan.hold_clock's.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher
-from extender.plan.hold_clock import room_counts
+from extender.plan.hold_clock import hold_clock, room_counts
+from extender.plan.planner import ClusterPlan, Planning
 from extender.pods.gang import GangRef, Part
 from extender.pods.model import Gang, HoldClock, Member, Plan, PlanLimits
 
@@ -56,7 +59,7 @@ class Record:
 
 @dataclass(frozen=True)
 class PlanMemo:
-    """What one `plan_cluster` call saw and decided, for the next call to re-plan only what changed.
+    """What one `plan_incrementally` call saw and decided, for the next call to re-plan only what changed.
 
     Its size is bounded by the cluster: the node and usage dicts it was given (references, not
     copies) and one entry per gang of that plan; each new plan replaces it."""
@@ -202,3 +205,105 @@ class Incremental:
 
 def _same_objects(before: Mapping[str, object], now: Mapping[str, object]) -> bool:
     return before is now or (len(before) == len(now) and all(before.get(name) is value for name, value in now.items()))
+
+
+@dataclass
+class IncrementalPlan(ClusterPlan):
+    memo: PlanMemo | None = field(default=None, compare=False, repr=False)  # for the next plan
+
+
+class IncrementalPlanning(Planning):
+    """`Planning` whose steps reuse the last plan's answers where nothing they read changed."""
+
+    def __init__(
+        self,
+        nodes: dict[str, Node],
+        usage: dict[str, Usage],
+        matcher: Matcher,
+        *,
+        now: float,
+        limits: PlanLimits,
+        clocks: Mapping[str, HoldClock] | None,
+        clock: Callable[[], float],
+        memo: PlanMemo | None,
+        changed: Collection[str] | None,
+    ) -> None:
+        super().__init__(nodes, usage, matcher, now=now, limits=limits, clocks=clocks, clock=clock)
+        self.incremental = Incremental(memo, nodes, usage, limits, changed)
+        self._known = memo.settled if memo is not None else {}
+        self.settled_now: dict[int, tuple[Gang, Plan | None]] = {}
+        self.usable: dict[str, frozenset[str]] = {}
+
+    def settled(self, gang: Gang) -> Plan | None:
+        found = self._known.get(id(gang))
+        # Members fixed once planned: the same answer.
+        settled = found[1] if found is not None and found[0] is gang else super().settled(gang)
+        self.settled_now[id(gang)] = (gang, settled)
+        if settled is None and gang.members:
+            self.usable[gang.ref.key] = self.incremental.usable(gang, self.nodes)
+        return settled
+
+    def hold(self, gang: Gang) -> HoldClock:
+        previous = self.clocks.get(gang.ref.key)
+        return hold_clock(
+            gang,
+            previous,
+            self.nodes,
+            self.usage,
+            self.matcher,
+            now=self.now,
+            timeout=self.limits.timeout,
+            changed=self.incremental.clock_changes(gang, previous),
+            room=self.incremental.room,
+        )
+
+    def place(self, gang: Gang, working: dict[str, Usage], expired: bool) -> tuple[Plan, dict[str, Usage]]:
+        def anew() -> Record:
+            plan, changed, complete = self.plan_anew(gang, working)
+            return Record(gang.ref.key, expired, dict(self.taken), plan, changed, complete)
+
+        record = self.incremental.next(
+            gang,
+            expired,
+            self.taken,
+            self.usable[gang.ref.key],
+            working=working,
+            matcher=self.matcher,
+            plan=anew,
+        )
+        return record.plan, record.changed
+
+    def run(self, gangs: list[Gang]) -> IncrementalPlan:
+        result = super().run(gangs)
+        seen = {
+            g.ref.key: Seen(g.ref, list(g.members), self.usable[g.ref.key], result.clocks[g.ref.key])
+            for g in gangs
+            if g.ref.key in self.usable
+        }
+        memo = PlanMemo(self.nodes, self.usage, self.limits, seen, self.incremental.records, self.settled_now)
+        return IncrementalPlan(
+            result.plans, result.held, result.holders, result.clocks, result.valid_until, result.base, memo
+        )
+
+
+def plan_incrementally(
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    gangs: list[Gang],
+    matcher: Matcher,
+    *,
+    now: float,
+    limits: PlanLimits,
+    clocks: Mapping[str, HoldClock] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    memo: PlanMemo | None = None,
+    changed: Collection[str] | None = None,
+) -> IncrementalPlan:
+    """`plan_cluster`'s plan, re-planning only the gangs whose members, or the usage of nodes they
+    may use, changed since the plan that left `memo`. `changed`, when given, names every node whose
+    node or usage object may differ from the memo's (from the watches' journal): only those are
+    compared with it."""
+    planning = IncrementalPlanning(
+        nodes, usage, matcher, now=now, limits=limits, clocks=clocks, clock=clock, memo=memo, changed=changed
+    )
+    return planning.run(gangs)
