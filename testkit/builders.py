@@ -17,6 +17,7 @@ from dra_driver.publishing.slices import build_slices
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Node, Usage, nodes_from, usage_from
 from extender.plan.config import RACK_LABEL
+from extender.pods.facts import PodFacts
 from extender.pods.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape, NativeGroup
 from nativedra.base.kube.names import DRIVER_NAME
 
@@ -155,7 +156,7 @@ def view(
         version=version,
         nodes=nodes,
         usage=usage,
-        pods={(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods},
+        pods={(p["metadata"]["namespace"], p["metadata"]["name"]): PodFacts.of(p) for p in pods},
         claims={(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims},
         templates={(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in templates},
         classes={c["metadata"]["name"]: c for c in classes},

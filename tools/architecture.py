@@ -109,9 +109,11 @@ def _first(*names: str) -> Any:
     for name in names:
         module, _, attribute = name.partition(":")
         try:
-            return getattr(importlib.import_module(module), attribute)
+            found = importlib.import_module(module)
         except ImportError:
             continue
+        if str(found.__file__).startswith(str(ROOT)):  # not the other tree's, through an editable install
+            return getattr(found, attribute)
     raise ImportError(f"none of {names}")
 
 
@@ -164,6 +166,26 @@ def _returns(entries: list[str]) -> int:
     return len(entries) - len(set(entries))
 
 
+def room_of(module: str) -> str:
+    """The room a module is in: its subpackage of the extender or of the shared layer, else its
+    own top-level package (the flat extender of before is one room per module)."""
+    parts = module.split(".")
+    if parts[:2] == ["nativedra", "base"]:
+        return "base"
+    if parts[0] in ("kube", "cmdline", "fsutil", "gcutil"):
+        return "base"
+    return parts[1] if parts[0] == "extender" and len(parts) > 2 else module
+
+
+def rooms(entries: list[str]) -> list[str]:
+    walked: list[str] = []
+    for entry in entries:
+        room = room_of(entry)
+        if not walked or walked[-1] != room:
+            walked.append(room)
+    return walked
+
+
 def report(nodes: int) -> str:
     lines = ["| folder | modules |", "|---|---|"]
     lines += [f"| `{folder}/` | {count} |" for folder, count in sorted(modules_per_folder().items())]
@@ -172,12 +194,20 @@ def report(nodes: int) -> str:
     lines += ["", "| class | attributes |", "|---|---|"]
     lines += [f"| `{name}` | {count} |" for name, count in largest_classes("extender", 6)]
     lines += ["", f"wheel top-level import names: {', '.join(wheel_import_names())}", ""]
-    lines += ["| /filter walk | entries | modules | returns to a module left |", "|---|---|---|---|"]
+    lines += [
+        "| /filter walk | entries | modules | returns to a module left | rooms entered | rooms | returns to a room |",
+        "|---|---|---|---|---|---|---|",
+    ]
     walks = filter_walks(nodes)
     for shape, entries in walks.items():
-        lines.append(f"| {shape} | {len(entries)} | {len(set(entries))} | {_returns(entries)} |")
+        walked = rooms(entries)
+        lines.append(
+            f"| {shape} | {len(entries)} | {len(set(entries))} | {_returns(entries)} "
+            f"| {len(walked)} | {len(set(walked))} | {_returns(walked)} |"
+        )
     for shape, entries in walks.items():
         lines += ["", f"{shape}: " + " -> ".join(entry.removeprefix("extender.") for entry in entries)]
+        lines += ["", f"{shape} by room: " + " -> ".join(rooms(entries))]
     return "\n".join(lines)
 
 

@@ -18,10 +18,10 @@ from typing import Any
 from extender.cluster.view import ClusterView
 from extender.pods.demand import allocated_node, demand_of
 from extender.pods.eligibility import PlacedPods
+from extender.pods.facts import PodFacts
 from extender.pods.gang import JobSetShape, NativeGroup, gang_of
-from extender.pods.keys import pod_key, timestamp
+from extender.pods.keys import pod_key
 from extender.pods.model import Entry, Gang, Member
-from nativedra.base.kube.pods import extended_claim_name, pod_claim_names
 
 Key = tuple[str, str]
 Dependency = tuple[str, Key]  # ("resourceclaims" | "resourceclaimtemplates", (namespace, name))
@@ -43,54 +43,42 @@ class GangSources:
         return cls(view.classes, view.jobsets, view.pod_group_min, view.native_groups, driver)
 
 
-def node_of(pod: dict[str, Any], claims: dict[Key, dict[str, Any]], driver: str) -> str | None:
+def node_of(pod: PodFacts, claims: Mapping[Key, dict[str, Any]], driver: str) -> str | None:
     """The node the pod is placed on: bound there, or its claim allocated there."""
-    return (pod.get("spec") or {}).get("nodeName") or allocated_node(pod, claims, driver)
+    return pod.node or allocated_node(pod, claims, driver)
 
 
-def _bound_at(pod: dict[str, Any]) -> float | None:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
-            return timestamp(condition.get("lastTransitionTime"))
-    return None
-
-
-def dependencies(pod: dict[str, Any]) -> frozenset[Dependency]:
+def dependencies(pod: PodFacts) -> frozenset[Dependency]:
     """The claims and templates a pod's member is worked out from."""
-    namespace = pod["metadata"]["namespace"]
-    names = [*pod_claim_names(pod).values(), extended_claim_name(pod)]
-    claims = [("resourceclaims", (namespace, name)) for name in names if name]
-    templates = [
-        ("resourceclaimtemplates", (namespace, reference["resourceClaimTemplateName"]))
-        for reference in (pod.get("spec") or {}).get("resourceClaims") or []
-        if reference.get("resourceClaimTemplateName")
-    ]
+    namespace = pod.key[0]
+    claims = [("resourceclaims", (namespace, name)) for name in pod.claim_names]
+    templates = [("resourceclaimtemplates", (namespace, ref.template)) for ref in pod.claims if ref.template]
     return frozenset(claims + templates)
 
 
 def work_out(
-    pod: dict[str, Any],
-    claims: dict[Key, dict[str, Any]],
-    templates: dict[Key, dict[str, Any]],
+    pod: PodFacts,
+    claims: Mapping[Key, dict[str, Any]],
+    templates: Mapping[Key, dict[str, Any]],
     sources: GangSources,
 ) -> Entry:
     """The pod's gang and Member (its inter-pod affinity is worked out per plan: see `gangs_of`)."""
-    if (pod.get("status") or {}).get("phase") == "Failed" or pod["metadata"].get("deletionTimestamp"):
-        return Entry(pod, None, None)
-    ref = gang_of(pod, sources.jobsets, sources.pod_group_min, sources.native_groups)
+    if pod.phase == "Failed" or pod.terminating:
+        return Entry(pod.obj, None, None)
+    ref = gang_of(pod.obj, sources.jobsets, sources.pod_group_min, sources.native_groups)
     if ref is None:
-        return Entry(pod, None, None)
+        return Entry(pod.obj, None, None)
     member = Member(
-        pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}",
+        pod=pod.name,
         node=node_of(pod, claims, sources.driver),
         demand=demand_of(pod, claims, templates, sources.classes, sources.driver, include_allocated=True),
-        created=timestamp(pod["metadata"].get("creationTimestamp")),
-        bound_at=_bound_at(pod),
-        spec=pod.get("spec") or {},
-        done=(pod.get("status") or {}).get("phase") == "Succeeded",
+        created=pod.created,
+        bound_at=pod.bound_at,
+        spec=pod.obj.get("spec") or {},
+        done=pod.phase == "Succeeded",
         part=ref.part,
     )
-    return Entry(pod, ref, member)
+    return Entry(pod.obj, ref, member)
 
 
 def _same_entry(a: Entry, b: Entry) -> bool:
@@ -108,7 +96,7 @@ class MemberIndex:
 
     def __init__(self) -> None:
         # Gang pods in the order they were first stored (a pod stored again keeps its place).
-        self._pods: dict[Key, dict[str, Any]] = {}
+        self._pods: dict[Key, PodFacts] = {}
         self._entries: dict[Key, Entry] = {}
         self._dirty: set[Key] = set()  # pods to work out again at the next refresh
         self._depends: dict[Key, frozenset[Dependency]] = {}
@@ -117,7 +105,7 @@ class MemberIndex:
         self._published: dict[Key, Entry] = {}
         self._changed = False
 
-    def pod_stored(self, key: Key, pod: dict[str, Any]) -> None:
+    def pod_stored(self, key: Key, pod: PodFacts) -> None:
         self._drop_dependencies(key)
         self._pods[key] = pod
         self._dirty.add(key)
@@ -170,7 +158,7 @@ def entries_of(view: ClusterView, sources: GangSources) -> Mapping[Key, Entry]:
     """The view's gang pod entries: as its index kept them, else worked out from every pod."""
     if view.members is not None:
         return view.members
-    return {pod_key(pod): work_out(pod, view.claims, view.templates, sources) for pod in view.pods.values()}
+    return {key: work_out(pod, view.claims, view.templates, sources) for key, pod in view.pods.items()}
 
 
 def placed_pods(view: ClusterView, driver: str) -> PlacedPods:
@@ -179,8 +167,8 @@ def placed_pods(view: ClusterView, driver: str) -> PlacedPods:
     placed = []
     for pod in view.pods.values():
         node = node_of(pod, view.claims, driver)
-        if node in view.nodes and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            placed.append((pod, view.nodes[node].labels))
+        if node in view.nodes and not pod.finished:
+            placed.append((pod.obj, view.nodes[node].labels))
     return PlacedPods(placed)
 
 

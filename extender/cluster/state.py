@@ -23,10 +23,10 @@ from extender.cluster.membership import GangSources, MemberIndex
 from extender.cluster.node_room import NodeRoom
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import share_values
-from extender.pods.gang import JobSetShape, NativeGroup, may_belong_to_gang
+from extender.pods.facts import PodFacts
+from extender.pods.gang import JobSetShape, NativeGroup
 from extender.pods.node_admission import NodeAdmission, Requests
 from nativedra.base.gcutil.collector import freeze_survivors
-from nativedra.base.kube.pods import extended_claim_name, extended_resources
 
 log = logging.getLogger(__name__)
 NATIVE_KINDS = ("nativepodgroups", "nativepodgroups-v1alpha2")
@@ -36,22 +36,6 @@ JOURNALED = frozenset({"pods", "resourceclaims", "resourceclaimtemplates"})
 
 def _key(obj: dict[str, Any]) -> Key:
     return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
-
-
-def _relevant_pod(pod: dict[str, Any]) -> bool:
-    """Pods that can matter: with claims (the scheduler's special claim for extended resources
-    among them, or extended resources it may make one for), or in a gang."""
-    return (
-        bool((pod.get("spec") or {}).get("resourceClaims"))
-        or may_belong_to_gang(pod)
-        or extended_claim_name(pod) is not None
-        or bool(extended_resources(pod))
-    )
-
-
-def _has_pod_affinity(pod: dict[str, Any]) -> bool:
-    affinity = (pod.get("spec") or {}).get("affinity") or {}
-    return bool(affinity.get("podAffinity") or affinity.get("podAntiAffinity"))
 
 
 class ClusterState:
@@ -90,8 +74,9 @@ class ClusterState:
         # inter-pod (anti-)affinity: readers look at these, not at every pod.
         self._members = MemberIndex()
         self._affinity_pods: set[Key] = set()
+        self._pod_facts: dict[Key, PodFacts] = {}  # every stored pod, worked out once as it arrived
         # What the last view handed out, replaced (never changed) when something changed since.
-        self._snapshots: dict[str, dict[Key, dict[str, Any]]] = {}
+        self._snapshots: dict[str, dict[Key, Any]] = {}  # pods: their facts
         self._view: ClusterView | None = None
         self._since_freeze = 0  # watch events applied since the objects were last frozen
 
@@ -179,10 +164,13 @@ class ClusterState:
             self._journal.unjournaled()
 
     def _store(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind == "pods" and not _relevant_pod(obj):
-            self._forget(kind, _key(obj))
-            return
         key = _key(obj)
+        if kind == "pods":
+            facts = PodFacts.of(obj)
+            if not facts.relevant:  # no claims, no extended resources, no gang: it cannot matter
+                self._forget(kind, key)
+                return
+            self._pod_facts[key] = facts
         if kind == "resourceslices":
             share_values(obj)
         old = self.objects[kind].get(key)
@@ -204,11 +192,12 @@ class ClusterState:
         elif kind == "pods":
             if not stored and key in self.objects["pods"]:
                 return  # replaced: the new object's touch follows, and the pod keeps its place
-            if stored and may_belong_to_gang(obj):
-                self._members.pod_stored(key, obj)
+            facts = self._pod_facts[key] if stored else self._pod_facts.pop(key, None)
+            if facts is not None and stored and facts.may_join_gang:
+                self._members.pod_stored(key, facts)
             else:
                 self._members.pod_forgotten(key)
-            if stored and _has_pod_affinity(obj):
+            if facts is not None and stored and facts.has_pod_affinity:
                 self._affinity_pods.add(key)
             else:
                 self._affinity_pods.discard(key)
@@ -225,6 +214,12 @@ class ClusterState:
         snapshot = self._snapshots.get(kind)
         if snapshot is None:
             snapshot = self._snapshots[kind] = dict(self.objects[kind])
+        return snapshot
+
+    def _pods_snapshot(self) -> dict[Key, PodFacts]:
+        snapshot = self._snapshots.get("pods")
+        if snapshot is None:
+            snapshot = self._snapshots["pods"] = dict(self._pod_facts)
         return snapshot
 
     def _native_groups(self) -> dict[Key, NativeGroup] | None:
@@ -262,7 +257,7 @@ class ClusterState:
                 version=version,
                 nodes=self._devices.nodes_view,
                 usage=self._devices.usage_view,
-                pods=self._snapshot("pods"),
+                pods=self._pods_snapshot(),
                 claims=self._snapshot("resourceclaims"),
                 templates=self._snapshot("resourceclaimtemplates"),
                 classes=classes,

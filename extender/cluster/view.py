@@ -13,6 +13,7 @@ from typing import Any
 from extender.cluster.reservation import Reservation
 from extender.devices.node_usage import Node, Usage
 from extender.pods.demand import Demand, demand_of
+from extender.pods.facts import PodFacts
 from extender.pods.gang import GangRef, JobSetShape, NativeGroup, gang_of
 from extender.pods.model import Entry
 
@@ -25,7 +26,7 @@ class ClusterView:
     version: int
     nodes: dict[str, Node]
     usage: dict[str, Usage]
-    pods: dict[tuple[str, str], dict[str, Any]]
+    pods: dict[tuple[str, str], PodFacts]
     claims: dict[tuple[str, str], dict[str, Any]]
     templates: dict[tuple[str, str], dict[str, Any]]
     classes: dict[str, dict[str, Any]]
@@ -53,10 +54,10 @@ class ClusterView:
         default=lambda since: None, compare=False, repr=False
     )
 
-    def demand_of(self, pod: dict[str, Any], driver: str) -> Demand:
+    def demand_of(self, pod: PodFacts, driver: str) -> Demand:
         """What `pod` asks of `driver`'s devices, its claims and templates read from this view."""
         return demand_of(pod, self.claims, self.templates, self.classes, driver)
 
-    def gang_of(self, pod: dict[str, Any]) -> GangRef | None:
+    def gang_of(self, pod: PodFacts) -> GangRef | None:
         """The gang `pod` belongs to, as this view's JobSets and PodGroups shape it."""
-        return gang_of(pod, self.jobsets, self.pod_group_min, self.native_groups)
+        return gang_of(pod.obj, self.jobsets, self.pod_group_min, self.native_groups)

@@ -23,26 +23,24 @@ from extender.plan.incremental import IncrementalPlan, plan_incrementally
 from extender.plan.planner import ClusterPlan
 from extender.plan.snapshot import Depends, Kind, PlanInputs, PlanSnapshot, affinity_matters, classify
 from extender.pods.eligibility import PlacedPods
-from extender.pods.gang import may_belong_to_gang
-from extender.pods.keys import pod_key
+from extender.pods.facts import PodFacts, facts_of
 from extender.pods.model import Gang, Plan, PlanLimits
 from nativedra.base.gcutil.collector import built_in_bulk
 
 plan_log = logging.getLogger("extender.plan")
 
 
-def _body(view: ClusterView, pod: dict[str, Any]) -> str | None:
+def _body(view: ClusterView, pod: PodFacts) -> str | None:
     """What the pod being asked about adds to the view: nothing when the view holds this very pod
     (same uid and resourceVersion, or the same body); else a digest of the body, since anything
     in it (labels, claims, spec) can change the plan: two bodies with one name are two questions."""
-    known = view.pods.get(pod_key(pod))
+    known = view.pods.get(pod.key)
     if known is not None:
-        mine, theirs = pod["metadata"], known["metadata"]
-        version = mine.get("resourceVersion")
-        same_version = version and (mine.get("uid"), version) == (theirs.get("uid"), theirs.get("resourceVersion"))
-        if same_version or known == pod:
+        version = pod.obj["metadata"].get("resourceVersion")
+        same_version = version and (pod.uid, version) == (known.uid, known.obj["metadata"].get("resourceVersion"))
+        if same_version or known.obj == pod.obj:
             return None
-    return hashlib.sha256(json.dumps(pod, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(pod.obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _summary(plan: Plan) -> tuple[object, ...]:
@@ -67,11 +65,11 @@ class CurrentPlan:
         self._logged: dict[str, tuple[Plan, tuple[object, ...]]] = {}
         self._placed: tuple[int, PlacedPods] | None = None  # the last view's placed pods (inter-pod terms)
 
-    def gangs(self, view: ClusterView, extra: dict[str, Any] | None = None) -> list[Gang]:
+    def gangs(self, view: ClusterView, extra: PodFacts | dict[str, Any] | None = None) -> list[Gang]:
         """Every gang with its members as the view holds them, with the gang pods the scheduler asked
         about before the watches delivered them (`extra` among them)."""
         sources = GangSources.of(view, self.config.driver)
-        asked = self.unwatched.pods(view) + ([extra] if extra is not None else [])
+        asked = self.unwatched.pods(view) + ([facts_of(extra)] if extra is not None else [])
         extras = [work_out(pod, view.claims, view.templates, sources) for pod in asked]
         return gangs_of(entries_of(view, sources), extras, self._placed_pods(view) if affinity_matters(view) else None)
 
@@ -83,11 +81,12 @@ class CurrentPlan:
         self._placed = (view.version, placed)
         return placed
 
-    def plan(self, view: ClusterView, pod: dict[str, Any] | None, now: float) -> ClusterPlan:
+    def plan(self, view: ClusterView, pod: PodFacts | dict[str, Any] | None, now: float) -> ClusterPlan:
         """The plan of every gang at this view. `pod` is the pod being asked about: one that may
         join a gang is planned with its gang even before the watches deliver it; any other pod
         changes no gang's plan, so it is left out (and one plan answers every such pod)."""
-        extra = pod if pod is not None and may_belong_to_gang(pod) else None
+        asked = pod if pod is None or isinstance(pod, PodFacts) else PodFacts.of(pod)
+        extra = asked if asked is not None and asked.may_join_gang else None
         inputs = PlanInputs(None if extra is None else _body(view, extra), self.unwatched.note(view, extra, now))
         found = self._answers(self.snapshot, view, inputs, now)
         if found is not None:
@@ -112,9 +111,7 @@ class CurrentPlan:
             return snapshot.plan
         return None
 
-    def _plan_locked(
-        self, view: ClusterView, extra: dict[str, Any] | None, inputs: PlanInputs, now: float
-    ) -> ClusterPlan:
+    def _plan_locked(self, view: ClusterView, extra: PodFacts | None, inputs: PlanInputs, now: float) -> ClusterPlan:
         last = self.snapshot
         found = self._answers(last, view, inputs, now)
         if found is not None:

@@ -10,7 +10,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cluster.lag import InFlight, complete_offer
 from extender.cluster.membership import node_of
 from extender.cluster.reservation import Reservation
 from extender.cluster.view import ClusterView
@@ -20,12 +19,14 @@ from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher, place
 from extender.plan.config import ExtenderConfig
 from extender.plan.current import CurrentPlan
+from extender.plan.in_flight import InFlight, complete_offer
 from extender.plan.node_groups import NodeGroups
 from extender.plan.planner import ClusterPlan
 from extender.plan.scoring import score
-from extender.pods.demand import Demand, allocated_node
+from extender.pods.asked import Asked, Sources, ask
+from extender.pods.demand import Demand
+from extender.pods.facts import PodFacts, facts_of
 from extender.pods.gang import NATIVE, GangRef
-from extender.pods.keys import name_of, pod_key
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +110,28 @@ class Decider:
         finally:
             self.warm.set()
 
-    def demand(self, view: ClusterView, pod: dict[str, Any]) -> Demand:
-        return view.demand_of(pod, self.config.driver)
+    def demand(self, view: ClusterView, pod: PodFacts | dict[str, Any]) -> Demand:
+        return view.demand_of(facts_of(pod), self.config.driver)
 
-    def gang(self, view: ClusterView, pod: dict[str, Any]) -> GangRef | None:
-        return view.gang_of(pod)
+    def gang(self, view: ClusterView, pod: PodFacts | dict[str, Any]) -> GangRef | None:
+        return view.gang_of(facts_of(pod))
+
+    def _ask(self, view: ClusterView, pod: PodFacts | dict[str, Any]) -> Asked:
+        """The asked pod's gang, demand and placement, in one pass over what the view holds."""
+        facts = pod if isinstance(pod, PodFacts) else PodFacts.of(pod)
+        sources = Sources(
+            view.claims,
+            view.templates,
+            view.classes,
+            view.jobsets,
+            view.pod_group_min,
+            view.native_groups,
+            self.config.driver,
+        )
+        return ask(facts, sources)
 
     def filter(
-        self, view: ClusterView, pod: dict[str, Any], names: list[str], now: float | None = None
+        self, view: ClusterView, asked: PodFacts | dict[str, Any], names: list[str], now: float | None = None
     ) -> tuple[list[str], dict[str, str], str]:
         """(passing nodes, failed node -> reason, path taken for metrics).
 
@@ -124,20 +139,20 @@ class Decider:
         that passed its own filters, inter-pod affinity among them. A gang member's nodes come from
         its gang's plan, which weighs every member's affinity, since the scheduler sees one at a time."""
         now = time.time() if now is None else now
-        ref = self.gang(view, pod)
-        demand = self.demand(view, pod)
+        found = self._ask(view, asked)
+        pod, ref, demand = found.pod, found.gang, found.demand
         if ref is None and not demand.needs_devices:
             return names, {}, "fast"
         if ref is None and demand.unresolved:
             reason = f"waiting to see {', '.join(demand.unresolved)}"
             return [], dict.fromkeys(names, reason), RETRY
-        reservation = view.reservations.get(ref.key if ref is not None else name_of(pod_key(pod)))
+        reservation = view.reservations.get(ref.key if ref is not None else pod.name)
         if reservation is not None:
-            return self._preempting(view, pod, reservation, names)
+            return self._preempting(found.placed, reservation, names)
         if ref is None:
             return self._held_check(view, demand, names, now)
         cluster = self.plans.plan(view, pod, now)
-        placed = allocated_node(pod, view.claims, self.config.driver)
+        placed = found.placed
         if placed is not None:  # asked again after its claim was allocated: that node alone can take it
             reason = f"the claims of this pod are allocated on {placed}"
             return [n for n in names if n == placed], {n: reason for n in names if n != placed}, "gang"
@@ -150,7 +165,7 @@ class Decider:
         # kube-scheduler places a native PodGroup whole in one cycle against its own cache: the lag
         # of the extender's watches cannot split it, and a retry would only send the group to backoff.
         gone = [] if ref.source == NATIVE else self._taken_since(view, demand, slots, names)
-        if gone and len(gone) > self._in_flight.others(ref.key, pod_key(pod), lambda key: self._is_placed(view, key)):
+        if gone and len(gone) > self._in_flight.others(ref.key, pod.key, lambda key: self._is_placed(view, key)):
             self.plans.refresh_wanted.set()
             reason = (
                 f"gang {ref.key} is planned onto {', '.join(gone)}, where the scheduler finds no room for this "
@@ -161,15 +176,15 @@ class Decider:
         planned = sorted(slots)
         passing = [name for name in names if name in slots]
         if passing:
-            self._in_flight.admit(pod_key(pod), ref.key)
+            self._in_flight.admit(pod.key, ref.key)
         reason = f"gang {ref.key} is planned onto {plan.domain}: {', '.join(planned)}"
         return passing, {name: reason for name in names if name not in slots}, "gang"
 
+    @staticmethod
     def _preempting(
-        self, view: ClusterView, pod: dict[str, Any], reservation: Reservation, names: list[str]
+        placed: str | None, reservation: Reservation, names: list[str]
     ) -> tuple[list[str], dict[str, str], str]:
         """A preemptor goes where its devices are kept (or, once its claim is allocated, there)."""
-        placed = allocated_node(pod, view.claims, self.config.driver)
         nodes = {placed} if placed is not None else set(reservation.nodes)
         reason = (
             f"devices on {', '.join(sorted(nodes))} are being freed for {reservation.what}: "
@@ -212,19 +227,20 @@ class Decider:
             return names, failed, "pass"
         return [name for name in names if name not in failed], failed, "held-check"
 
-    def prioritize(self, view: ClusterView, pod: dict[str, Any], names: list[str]) -> dict[str, int]:
+    def prioritize(self, view: ClusterView, asked: PodFacts | dict[str, Any], names: list[str]) -> dict[str, int]:
         """Scores of `names`. The scheduler sends the same names for pod after pod while a watch
         event or two changes a node in between: only the names whose node or usage object changed
         since the demand's last answer are scored again (the rest are copied), so at 10,000 nodes a
         call costs one pass comparing objects, not one score lookup per node."""
-        demand = self.demand(view, pod)
+        found = self._ask(view, asked)
+        ref, demand = found.gang, found.demand
         if not demand.requests:
             return {}  # no preference: an unlisted host scores 0 (see wire.encode_priorities)
         # A gang member is scored on real usage: the capacity held for its own gang is meant for it.
         # Others on the plan's, which is the view's but where gangs hold capacity (`holders`).
         usage: Mapping[str, Usage] = view.usage
         differs: Collection[str] | None = ()
-        if not self.gang(view, pod):
+        if not ref:
             held = self.plans.held_plan(view, time.time())[0]
             usage = held.held
             differs = held.holders if held.made_on(view.usage) else None

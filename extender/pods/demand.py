@@ -3,12 +3,14 @@ what it asks of other drivers beside them (partners, for NUMA alignment)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from extender.pods.facts import PodFacts
 from nativedra.base.kube.names import STANDARD_NUMA_ATTRIBUTE
-from nativedra.base.kube.pods import CLASS_RESOURCE_PREFIX, extended_claim_name, extended_resources, pod_claim_names
+from nativedra.base.kube.pods import CLASS_RESOURCE_PREFIX
 from nativedra.base.kube.units import quantity
 
 
@@ -64,14 +66,14 @@ class Demand:
         return bool(self.requests or self.unresolved)
 
 
-def _class_selectors(classes: dict[str, dict[str, Any]], name: str) -> tuple[str, ...] | None:
+def _class_selectors(classes: Mapping[str, dict[str, Any]], name: str) -> tuple[str, ...] | None:
     device_class = classes.get(name)
     if device_class is None:
         return None
     return tuple(s["cel"]["expression"] for s in (device_class.get("spec") or {}).get("selectors") or [] if "cel" in s)
 
 
-def requests_of(spec: dict[str, Any], classes: dict[str, dict[str, Any]], driver: str) -> ClaimRequests | None:
+def requests_of(spec: dict[str, Any], classes: Mapping[str, dict[str, Any]], driver: str) -> ClaimRequests | None:
     """Requests of a ResourceClaimSpec for our devices, and its partners (other drivers' devices);
     None if a DeviceClass it names does not exist (yet)."""
     devices = spec.get("devices") or {}
@@ -142,10 +144,10 @@ def _with_partners(
 
 
 def demand_of(
-    pod: dict[str, Any],
-    claims: dict[tuple[str, str], dict[str, Any]],
-    templates: dict[tuple[str, str], dict[str, Any]],
-    classes: dict[str, dict[str, Any]],
+    pod: PodFacts,
+    claims: Mapping[tuple[str, str], dict[str, Any]],
+    templates: Mapping[tuple[str, str], dict[str, Any]],
+    classes: Mapping[str, dict[str, Any]],
     driver: str,
     *,
     include_allocated: bool = False,
@@ -154,23 +156,21 @@ def demand_of(
 
     With `include_allocated`, the pod's whole shape: what a member like it needs (gang planning
     uses a bound member to stand for members not created yet)."""
-    namespace = pod["metadata"]["namespace"]
-    claim_names = pod_claim_names(pod)
+    namespace = pod.key[0]
     requests: list[Request] = []
     partners: list[Partner] = []
     unresolved: list[str] = []
-    for reference in (pod.get("spec") or {}).get("resourceClaims") or []:
-        claim_name = claim_names.get(reference["name"])
+    for reference in pod.claims:
+        claim_name = reference.claim
         claim = claims.get((namespace, claim_name)) if claim_name else None
         if claim is not None:
             if (claim.get("status") or {}).get("allocation") and not include_allocated:
                 continue
             spec = claim.get("spec") or {}
-        elif reference.get("resourceClaimTemplateName"):
-            template_name = reference["resourceClaimTemplateName"]
-            template = templates.get((namespace, template_name))
+        elif reference.template:
+            template = templates.get((namespace, reference.template))
             if template is None:
-                unresolved.append(f"ResourceClaimTemplate {namespace}/{template_name}")
+                unresolved.append(f"ResourceClaimTemplate {namespace}/{reference.template}")
                 continue
             spec = (template.get("spec") or {}).get("spec") or {}
         else:
@@ -178,25 +178,24 @@ def demand_of(
             continue
         found = requests_of(spec, classes, driver)
         if found is None:
-            unresolved.append(f"a DeviceClass of claim {reference['name']!r}")
+            unresolved.append(f"a DeviceClass of claim {reference.name!r}")
         else:
             requests.extend(found[0])
             partners.extend(found[1])
-    special = extended_claim_name(pod)
+    special = pod.extended_claim
     allocated = special is not None and ((claims.get((namespace, special)) or {}).get("status") or {}).get("allocation")
     if include_allocated or not allocated:
         requests.extend(extended_requests(pod, classes, driver))
     return Demand(tuple(requests), tuple(unresolved), tuple(partners) if requests else ())
 
 
-def extended_requests(pod: dict[str, Any], classes: dict[str, dict[str, Any]], driver: str) -> list[Request]:
+def extended_requests(pod: PodFacts, classes: Mapping[str, dict[str, Any]], driver: str) -> list[Request]:
     """What the pod's extended resources ask of our devices (DRAExtendedResource): each resource
     named by one of our DeviceClasses (its extendedResourceName, or the implicit
     deviceclass.resource.kubernetes.io/<class>) is a request of that many devices of the class,
     as the scheduler's special claim for the pod will ask. Other extended resources are a device
     plugin's, not ours."""
-    asked = extended_resources(pod)
-    if not asked:
+    if not pod.extended:
         return []
     by_resource = {}
     for name, device_class in classes.items():
@@ -205,7 +204,7 @@ def extended_requests(pod: dict[str, Any], classes: dict[str, dict[str, Any]], d
         if named:
             by_resource[named] = name
     requests = []
-    for resource, count in sorted(asked.items()):
+    for resource, count in pod.extended:
         class_name = by_resource.get(resource)
         selectors = _class_selectors(classes, class_name) if class_name else None
         if selectors is not None and count > 0 and any(driver in s for s in selectors):
@@ -213,25 +212,24 @@ def extended_requests(pod: dict[str, Any], classes: dict[str, dict[str, Any]], d
     return requests
 
 
-def _reserved_for(claim: dict[str, Any], pod: dict[str, Any]) -> bool:
-    uid = pod["metadata"].get("uid")
+def _reserved_for(claim: dict[str, Any], pod: PodFacts) -> bool:
     return any(
         consumer.get("resource") == "pods"
-        and consumer.get("name") == pod["metadata"]["name"]
-        and (not uid or consumer.get("uid") in (None, uid))
+        and consumer.get("name") == pod.key[1]
+        and (not pod.uid or consumer.get("uid") in (None, pod.uid))
         for consumer in (claim.get("status") or {}).get("reservedFor") or []
     )
 
 
-def allocated_node(pod: dict[str, Any], claims: dict[tuple[str, str], dict[str, Any]], driver: str) -> str | None:
+def allocated_node(pod: PodFacts, claims: Mapping[tuple[str, str], dict[str, Any]], driver: str) -> str | None:
     """The node a pod's claim was allocated on for this pod, before the pod has a nodeName.
 
     The scheduler writes a claim's allocation (reserved for the pod) before it binds the pod: in
     between, the pod's devices are already in use, so the pod is placed, not waiting. A shared
     claim allocated earlier for other pods does not place this one until it is reserved for it."""
-    namespace = pod["metadata"]["namespace"]
-    for claim_name in [*pod_claim_names(pod).values(), extended_claim_name(pod)]:
-        claim = claims.get((namespace, claim_name)) if claim_name else None
+    namespace = pod.key[0]
+    for claim_name in pod.claim_names:
+        claim = claims.get((namespace, claim_name))
         if claim is None or not _reserved_for(claim, pod):
             continue
         allocation = (claim.get("status") or {}).get("allocation") or {}

@@ -31,7 +31,8 @@ from extender.plan.capacity import Matcher, count_members
 from extender.plan.planner import gang_domains
 from extender.pods.demand import Demand
 from extender.pods.eligibility import eligible, selection_key, selector_matches
-from extender.pods.keys import key_of, name_of, pod_key, priority_of
+from extender.pods.facts import PodFacts
+from extender.pods.keys import key_of
 from extender.pods.model import Gang
 from extender.pods.node_admission import (
     NONE,
@@ -52,18 +53,6 @@ MIN_TESTS_PER_REGION = 64  # exact search in each region at least this far befor
 # DefaultPreemption's candidate limit (max(10% of nodes, 100), from a random offset), so a decision
 # on a cluster of 10,000 single-node regions stays bounded.
 CANDIDATE_REGIONS = 100
-
-
-def may_preempt(pod: dict[str, Any]) -> bool:
-    return (pod.get("spec") or {}).get("preemptionPolicy") != "Never"
-
-
-def unschedulable(pod: dict[str, Any]) -> bool:
-    """The scheduler has tried the pod and found no node (its PodScheduled condition says so)."""
-    return any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
 
 
 @dataclass(frozen=True)
@@ -138,9 +127,8 @@ class Budget:
             int((pdb.get("status") or {}).get("disruptionsAllowed") or 0),
         )
 
-    def covers(self, pod: dict[str, Any]) -> bool:
-        metadata = pod["metadata"]
-        return metadata["namespace"] == self.namespace and selector_matches(self.selector, metadata.get("labels") or {})
+    def covers(self, pod: PodFacts) -> bool:
+        return pod.key[0] == self.namespace and selector_matches(self.selector, pod.labels)
 
 
 @dataclass
@@ -226,14 +214,12 @@ class Occupancy:
         by_node: dict[str, Requests] = {}
         for name in evicted:
             pod = self.view.pods.get(key_of(name))
-            if pod is not None and counts_on_node(pod):
-                node = pod["spec"]["nodeName"]
-                by_node[node] = by_node.get(node, NONE).plus(pod_requests(pod))
+            if pod is not None and pod.node and counts_on_node(pod.obj):
+                by_node[pod.node] = by_node.get(pod.node, NONE).plus(pod_requests(pod.obj))
         return by_node
 
     def victim(self, name: str) -> Victim:
-        pod = self.view.pods[key_of(name)]
-        return Victim(name, str(pod["metadata"].get("uid") or ""), tuple(sorted(self.index.held(name))))
+        return Victim(name, self.view.pods[key_of(name)].uid, tuple(sorted(self.index.held(name))))
 
     def gang_pods(self, gang: str) -> list[Key]:
         """The pods of a gang (as the view's membership has them), worked out once per decision."""
@@ -564,20 +550,18 @@ def _why_not(preemptor: Preemptor, room: int) -> str:
     )
 
 
-def pod_preemptor(pod: dict[str, Any], demand: Demand, view: ClusterView) -> Preemptor:
+def pod_preemptor(pod: PodFacts, demand: Demand, view: ClusterView) -> Preemptor:
     """A pod outside gangs: each eligible node with our devices is a region of its own."""
-    spec = pod.get("spec") or {}
-    name = name_of(pod_key(pod))
     return Preemptor(
-        name,
-        f"pod {name}",
-        priority_of(pod),
+        pod.name,
+        f"pod {pod.name}",
+        pod.priority,
         demand,
         1,
-        _single_nodes(spec, view.nodes),
-        own=frozenset({name}),
-        requests=pod_requests(pod),
-        specs=(spec,),
+        _single_nodes(pod.spec, view.nodes),
+        own=frozenset({pod.name}),
+        requests=pod_requests(pod.obj),
+        specs=(pod.spec,),
     )
 
 
@@ -612,13 +596,11 @@ def gang_preemptor(gang: Gang, view: ClusterView, priority: int) -> Preemptor:
     regions = {domain: tuple(names) for domain, names in gang_domains(view.nodes, level, gang).items()}
     own = frozenset(m.pod for m in gang.members)
     waiting = [
-        pod
-        for member in gang.members
-        if (pod := view.pods.get(key_of(member.pod))) is not None and not (pod.get("spec") or {}).get("nodeName")
+        pod for member in gang.members if (pod := view.pods.get(key_of(member.pod))) is not None and not pod.node
     ]
-    asks = [pod_requests(pod) for pod in waiting] or [NONE]
+    asks = [pod_requests(pod.obj) for pod in waiting] or [NONE]
     most = Requests(max(r.cpu for r in asks), max(r.memory for r in asks), 1)
-    specs = tuple(pod.get("spec") or {} for pod in waiting)
+    specs = tuple(pod.spec for pod in waiting)
     what = f"gang {ref.key}"
     return Preemptor(
         ref.key, what, priority, gang.demand(), gang.remaining, regions, level, exclusive, own, most, specs

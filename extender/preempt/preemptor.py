@@ -27,7 +27,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from kubernetes import client
 
@@ -40,9 +39,8 @@ from extender.plan.capacity import Matcher
 from extender.plan.config import ExtenderConfig
 from extender.plan.current import CurrentPlan
 from extender.pods.demand import allocated_node
-from extender.pods.keys import created_at, key_of, name_of, priority_of, terminating
-from extender.pods.keys import pod_key as _pod_key
-from extender.pods.kueue import managed_by_kueue
+from extender.pods.facts import PodFacts
+from extender.pods.keys import key_of
 from extender.pods.model import Gang
 from extender.preempt.leader import LeaderLease
 from extender.preempt.preemption_plan import (
@@ -52,9 +50,7 @@ from extender.preempt.preemption_plan import (
     Occupancy,
     Preemptor,
     gang_preemptor,
-    may_preempt,
     pod_preemptor,
-    unschedulable,
 )
 from extender.preempt.preemption_plan import decide as decide_preemption
 from extender.preempt.victim_index import VictimIndex
@@ -165,46 +161,42 @@ class Preemption:
 
     # -- who waits -----------------------------------------------------------------------------
 
-    def _waiting(
-        self, view: ClusterView, gangs: dict[str, Gang], now: float
-    ) -> list[tuple[Preemptor, list[dict[str, Any]]]]:
+    def _waiting(self, view: ClusterView, gangs: dict[str, Gang], now: float) -> list[tuple[Preemptor, list[PodFacts]]]:
         """Pods and gangs the scheduler found no node for, that may preempt and hold no devices
         kept for them yet: the highest priority first, then the oldest."""
-        found: list[tuple[int, float, Preemptor, list[dict[str, Any]]]] = []
+        found: list[tuple[int, float, Preemptor, list[PodFacts]]] = []
         driver = self.config.driver
-        for key, pod in view.pods.items():
-            if not self._may_wait(view, pod) or managed_by_kueue(pod) or view.gang_of(pod) is not None:
+        for pod in view.pods.values():
+            if not self._may_wait(pod) or pod.managed_by_kueue or view.gang_of(pod) is not None:
                 continue
-            if name_of(key) in view.reservations or allocated_node(pod, view.claims, driver) is not None:
+            if pod.name in view.reservations or allocated_node(pod, view.claims, driver) is not None:
                 continue
             demand = view.demand_of(pod, driver)
             if demand.requests and not demand.unresolved:
-                created = created_at(pod)
-                found.append((priority_of(pod), created, pod_preemptor(pod, demand, view), [pod]))
+                found.append((pod.priority, pod.created, pod_preemptor(pod, demand, view), [pod]))
         plans = self.plans.plan(view, None, now).plans if gangs else {}
         for gang_key, gang in gangs.items():
             plan = plans.get(gang_key)
             if gang_key in view.reservations or plan is None or plan.feasible or plan.transient or not gang.remaining:
                 continue
             pods = [view.pods[key_of(m.pod)] for m in gang.members if key_of(m.pod) in view.pods]
-            waiting = [pod for pod in pods if not (pod.get("spec") or {}).get("nodeName")]
-            if not waiting or not any(unschedulable(pod) for pod in waiting):
+            waiting = [pod for pod in pods if not pod.node]
+            if not waiting or not any(pod.unschedulable for pod in waiting):
                 continue
-            if not all(may_preempt(pod) and not terminating(pod) and not managed_by_kueue(pod) for pod in pods):
+            if not all(pod.may_preempt and not pod.terminating and not pod.managed_by_kueue for pod in pods):
                 continue
-            priority = min(priority_of(pod) for pod in pods)
-            found.append((priority, min(created_at(p) for p in pods), gang_preemptor(gang, view, priority), waiting))
+            priority = min(pod.priority for pod in pods)
+            found.append((priority, min(p.created for p in pods), gang_preemptor(gang, view, priority), waiting))
         found.sort(key=lambda item: (-item[0], item[1], item[2].key))
         return [(preemptor, pods) for _, _, preemptor, pods in found]
 
     @staticmethod
-    def _may_wait(view: ClusterView, pod: dict[str, Any]) -> bool:
-        spec = pod.get("spec") or {}
-        return not spec.get("nodeName") and not terminating(pod) and may_preempt(pod) and unschedulable(pod)
+    def _may_wait(pod: PodFacts) -> bool:
+        return not pod.node and not pod.terminating and pod.may_preempt and pod.unschedulable
 
     # -- a decision ------------------------------------------------------------------------------
 
-    def _start(self, view: ClusterView, decision: Decision, pods: list[dict[str, Any]], now: float) -> None:
+    def _start(self, view: ClusterView, decision: Decision, pods: list[PodFacts], now: float) -> None:
         reservation = decision.reservation(now, self.hold_seconds)
         victims = self._covered_first(decision)
         try:
@@ -239,12 +231,12 @@ class Preemption:
         return sorted(decision.identities, key=lambda victim: (victim.pod not in covered, victim.pod))
 
     @staticmethod
-    def _target(view: ClusterView, victim: Victim) -> dict[str, Any] | None:
+    def _target(view: ClusterView, victim: Victim) -> PodFacts | None:
         """The victim's pod if it is still there, that very pod, and not going already."""
         pod = view.pods.get(key_of(victim.pod))
-        if pod is None or terminating(pod):
+        if pod is None or pod.terminating:
             return None  # gone or going: counted as free already
-        if not victim.uid or pod["metadata"].get("uid") != victim.uid:
+        if not victim.uid or pod.uid != victim.uid:
             return None  # another pod of that name (or a victim recorded without UID): never a victim
         return pod
 
@@ -317,7 +309,7 @@ class Preemption:
             if error.status not in (NOT_FOUND, CONFLICT):
                 raise
 
-    def _not_helpful(self, decision: NoHelp, pods: list[dict[str, Any]], now: float) -> None:
+    def _not_helpful(self, decision: NoHelp, pods: list[PodFacts], now: float) -> None:
         self._unhelped[decision.preemptor.key] = now + JUDGE_AGAIN_S
         if len(self._unhelped) > 4 * len(self.state.objects["pods"]) + 64:  # bounded by the cluster
             self._unhelped = {k: v for k, v in self._unhelped.items() if v > now}
@@ -341,9 +333,7 @@ class Preemption:
         it let one go."""
         pods = self._preemptor_pods(view, gangs, reservation)
         driver = self.config.driver
-        placed = [
-            pod for pod in pods if (pod.get("spec") or {}).get("nodeName") or allocated_node(pod, view.claims, driver)
-        ]
+        placed = [pod for pod in pods if pod.node or allocated_node(pod, view.claims, driver)]
         gang = gangs.get(reservation.preemptor)
         done = not pods or (gang.remaining == 0 if gang is not None else len(placed) == len(pods))
         if done:
@@ -366,17 +356,17 @@ class Preemption:
         return False
 
     @staticmethod
-    def _preemptor_pods(view: ClusterView, gangs: dict[str, Gang], reservation: Reservation) -> list[dict[str, Any]]:
+    def _preemptor_pods(view: ClusterView, gangs: dict[str, Gang], reservation: Reservation) -> list[PodFacts]:
         gang = gangs.get(reservation.preemptor)
         names = [m.pod for m in gang.members] if gang is not None else [reservation.preemptor]
         return [view.pods[key_of(name)] for name in names if key_of(name) in view.pods]
 
-    def _event(self, pod: dict[str, Any], kind: str, reason: str, message: str) -> None:
-        body = pod_event(pod, kind, reason, message, component=COMPONENT, now=dt.datetime.now(dt.UTC))
+    def _event(self, pod: PodFacts, kind: str, reason: str, message: str) -> None:
+        body = pod_event(pod.obj, kind, reason, message, component=COMPONENT, now=dt.datetime.now(dt.UTC))
         try:
-            self.core.create_namespaced_event(pod["metadata"]["namespace"], body, _request_timeout=API_TIMEOUT_S)
+            self.core.create_namespaced_event(pod.key[0], body, _request_timeout=API_TIMEOUT_S)
         except Exception as error:  # noqa: BLE001 - an event lost is not worth a failed preemption
-            log.warning("could not post %s event on pod %s: %s", reason, name_of(_pod_key(pod)), error)
+            log.warning("could not post %s event on pod %s: %s", reason, pod.name, error)
 
 
 def _courteous(every_s: float = COURTESY_S) -> Callable[[], None]:

@@ -19,21 +19,12 @@ from typing import Any
 
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Node, allocated_results, partner_name
-from extender.pods.keys import Key, key_of, name_of, priority_of, terminating, timestamp
-from extender.pods.kueue import managed_by_kueue
+from extender.pods.facts import PodFacts
+from extender.pods.keys import Key, key_of, name_of
 from extender.preempt.victims import NOTHING, PRIORITY_OFFSET
 
 CostFields = tuple[int, int, int, int, float]  # a `Cost` as a plain tuple: sorts and compares fast
 INFINITE: CostFields = (2**62, 2**62, 2**62, 2**62, math.inf)
-
-
-def finished(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def started_at(pod: dict[str, Any]) -> float:
-    status = pod.get("status") or {}
-    return timestamp(status.get("startTime") or pod["metadata"].get("creationTimestamp"))
 
 
 @dataclass(frozen=True)
@@ -58,7 +49,9 @@ class ClaimFacts:
 
 
 @dataclass(frozen=True)
-class PodFacts:
+class Holder:
+    """What preemption reads of a pod that may hold devices."""
+
     name: str
     priority: int
     started: float
@@ -66,10 +59,8 @@ class PodFacts:
     gone: bool  # being deleted or finished: its devices count as free
 
     @classmethod
-    def of(cls, key: Key, pod: dict[str, Any]) -> PodFacts:
-        return cls(
-            name_of(key), priority_of(pod), started_at(pod), managed_by_kueue(pod), terminating(pod) or finished(pod)
-        )
+    def of(cls, pod: PodFacts) -> Holder:
+        return cls(pod.name, pod.priority, pod.started, pod.managed_by_kueue, pod.terminating or pod.finished)
 
 
 @dataclass
@@ -77,7 +68,7 @@ class _NodeHolders:
     """The pods holding devices on one node, for the order of regions; per preemptor priority, what
     evicting all of them below it costs and the least any one of them costs."""
 
-    pods: tuple[PodFacts, ...]
+    pods: tuple[Holder, ...]
     below: dict[int, tuple[int, int, int, float, CostFields]] = field(default_factory=dict)
 
     def costs(self, priority: int) -> tuple[int, int, int, float, CostFields]:
@@ -107,7 +98,7 @@ class VictimIndex:
         self.driver = driver
         self.version: int | None = None
         self.claims: dict[Key, tuple[ClaimFacts | None, frozenset[str]]] = {}  # facts, nodes
-        self.pods: dict[Key, PodFacts] = {}
+        self.pods: dict[Key, Holder] = {}
         self.node_claims: dict[str, set[Key]] = defaultdict(set)
         self.placed: dict[str, set[str]] = defaultdict(set)  # pod -> nodes where its claims hold devices
         self.pod_claims: dict[str, set[Key]] = defaultdict(set)
@@ -200,13 +191,13 @@ class VictimIndex:
             self.placed.pop(user, None)
             self.pod_claims.pop(user, None)
 
-    def _pod(self, key: Key, pod: dict[str, Any] | None) -> None:
+    def _pod(self, key: Key, pod: PodFacts | None) -> None:
         name = name_of(key)
         if pod is None:
             self.pods.pop(key, None)
             self.gone.discard(name)
         else:
-            facts = self.pods[key] = PodFacts.of(key, pod)
+            facts = self.pods[key] = Holder.of(pod)
             if facts.gone:
                 self.gone.add(name)
             else:
@@ -224,7 +215,7 @@ class VictimIndex:
                 found.extend(facts.partners)
         return found
 
-    def holders(self, node: str) -> tuple[PodFacts, ...]:
+    def holders(self, node: str) -> tuple[Holder, ...]:
         """The pods in the view, not going, whose claims hold devices on the node."""
         known = self._holders.get(node)
         if known is None:

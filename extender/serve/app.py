@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 import anyio.to_thread
@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from extender import metrics
 from extender.cluster.state import ClusterState
 from extender.plan.decide import RETRY, Decider
-from extender.pods.gang import may_belong_to_gang
+from extender.pods.facts import PodFacts
 from extender.serve.health import Watchdog
 from extender.serve.wire import ExtenderArgs, MalformedBodyError, encode_priorities, filter_result, parse_args
 
@@ -49,12 +49,6 @@ class RequestLimits:
 
     def body_limit(self, nodes: int) -> int:
         return max(self.body_floor_bytes, nodes * self.body_bytes_per_node)
-
-
-def _needs_planning(pod: dict[str, Any]) -> bool:
-    """False for the fast path: a pod with no claims that no gang label can pull into a gang gets
-    every node passing and a score of 0 from the decider, so it is answered without the view."""
-    return bool((pod.get("spec") or {}).get("resourceClaims")) or may_belong_to_gang(pod)
 
 
 def _refuse(verb: str, status: int, reason: str) -> JSONResponse:
@@ -96,7 +90,7 @@ class _Handler:
         self,
         request: Request,
         verb: str,
-        decide: Callable[[ExtenderArgs, list[str]], T],
+        decide: Callable[[PodFacts, list[str]], T],
         answer: Callable[[ExtenderArgs, T | None], tuple[bytes, str]],
     ) -> Response:
         """One call of `verb`, timed and counted by the path it took: the body read and parsed
@@ -108,8 +102,9 @@ class _Handler:
             if isinstance(args, JSONResponse):
                 return args
             decided: T | None = None
-            if _needs_planning(args.Pod):
-                planned = await self.plan(verb, lambda: decide(args, args.node_names()))
+            pod = args.pod  # read once at the wire: every room downstream reads these facts
+            if pod.needs_planning:  # else every node passes with a score of 0: answered without the view
+                planned = await self.plan(verb, lambda: decide(pod, args.node_names()))
                 if isinstance(planned, JSONResponse):
                     return planned
                 decided = planned
@@ -208,14 +203,14 @@ def create_app(
 
     async def filter_nodes(request: Request) -> Response:
         return await handler.call(
-            request, "filter", lambda args, names: decider.filter(state.view(), args.Pod, names), filter_answer
+            request, "filter", lambda pod, names: decider.filter(state.view(), pod, names), filter_answer
         )
 
     async def prioritize(request: Request) -> Response:
         return await handler.call(
             request,
             "prioritize",
-            lambda args, names: decider.prioritize(state.view(), args.Pod, names),
+            lambda pod, names: decider.prioritize(state.view(), pod, names),
             prioritize_answer,
         )
 

@@ -20,6 +20,8 @@ import pydantic_core
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic.alias_generators import to_camel
 
+from extender.pods.facts import PodFacts
+
 MAX_DEPTH = 200  # pydantic_core's JSON recursion limit; a Pod is about 10 deep
 FINISHED_PHASES = ("Succeeded", "Failed")
 
@@ -114,6 +116,14 @@ class ExtenderArgs(_Wire):
     # The NodeNames array as sent, checked (`_flat_strings`) but not decoded: a pod that needs no
     # planning is answered with it as it came, and only planning decodes it.
     _node_names_json: bytes | None = PrivateAttr(default=None)
+    _pod: PodFacts | None = PrivateAttr(default=None)  # set by parse_args
+
+    @property
+    def pod(self) -> PodFacts:
+        """The pod asked about, as facts (`parse_args` reads them once)."""
+        if self._pod is None:
+            self._pod = PodFacts.of(self.Pod)
+        return self._pod
 
     def node_names(self) -> list[str]:
         if self.NodeNames is None and self._node_names_json is not None:
@@ -221,8 +231,14 @@ def _with_names_as_sent(body: bytes) -> ExtenderArgs | None:
 
 
 def parse_args(body: bytes) -> ExtenderArgs:
-    """The filter/prioritize arguments, or MalformedBodyError naming what is wrong."""
-    return _with_names_as_sent(body) or _parsed(body)
+    """The filter/prioritize arguments, their pod read into facts once (every room downstream
+    reads those), or MalformedBodyError naming what is wrong."""
+    args = _with_names_as_sent(body) or _parsed(body)
+    try:
+        args._pod = PodFacts.of(args.Pod)
+    except (ValueError, TypeError, AttributeError) as error:
+        raise MalformedBodyError(f"field 'Pod': {error}") from None
+    return args
 
 
 def _parsed(body: bytes) -> ExtenderArgs:

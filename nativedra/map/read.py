@@ -61,7 +61,7 @@ def reading_of(state: ClusterState, config: ExtenderConfig) -> Reading:
         list(state.objects["nodes"].values()),
         list(state.objects["resourceslices"].values()),
         list(view.claims.values()),
-        list(view.pods.values()),
+        [pod.obj for pod in view.pods.values()],
     )
     seconds["map"] = time.monotonic() - started
     return Reading(cluster, gangs, list(view.reservations.values()), seconds)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.lag import feasible_nodes_to_find
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Usage
 from extender.plan.config import ExtenderConfig
 from extender.plan.decide import RETRY, Decider
+from extender.plan.in_flight import feasible_nodes_to_find
 from extender.pods.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED
 from testkit.builders import (
     CREATED,
@@ -114,7 +114,7 @@ def test_a_restarted_extender_answers_every_member_as_the_running_one_does() -> 
             restarted = Decider(ExtenderConfig())
             assert running.filter(cluster, asking, names, SOON_AFTER) == restarted.filter(
                 cluster, asking, names, SOON_AFTER
-            ), (cluster.version, asking["metadata"]["name"])
+            ), (cluster.version, asking.name)
     final = running.filter(sequence[-1], members[1], sorted(nodes), SOON_AFTER)
     assert final[0] == ["small-1"], "the placed member fixes the rack"
 

@@ -14,6 +14,7 @@ from extender.cluster.membership import GangSources, work_out
 from extender.devices.node_usage import Usage
 from extender.plan.config import ExtenderConfig
 from extender.plan.decide import Decider
+from extender.pods.facts import PodFacts
 from extender.pods.gang import KUEUE_REQUIRED
 from extender.pods.kueue import (
     ADMISSION_GATE,
@@ -52,14 +53,14 @@ def _kueue_tas_pod(completion: int, *, rack: str | None, gate: str | None = None
 def test_a_pod_kueue_gates_is_managed_by_kueue_and_no_gang_member(gate: str) -> None:
     member = _gated(pod("g-0", labels={"nativedra.dev/gang": "g", "nativedra.dev/gang-size": "2"}), gate)
     assert gated_by_kueue(member) and managed_by_kueue(member)
-    entry = work_out(member, {}, {}, GangSources({}, {}, {}, None, DRIVER))
+    entry = work_out(PodFacts.of(member), {}, {}, GangSources({}, {}, {}, None, DRIVER))
     assert entry.ref is None and entry.member is None
 
 
 def test_other_gates_and_plain_pods_are_left_to_the_extender() -> None:
     other = _gated(pod("g-0", labels={"nativedra.dev/gang": "g", "nativedra.dev/gang-size": "1"}), "example.com/x")
     assert not gated_by_kueue(other) and not managed_by_kueue(other)
-    entry = work_out(other, {}, {}, GangSources({}, {}, {}, None, DRIVER))
+    entry = work_out(PodFacts.of(other), {}, {}, GangSources({}, {}, {}, None, DRIVER))
     assert entry.ref is not None, "a gate of another controller does not hide the pod's gang"
     assert not managed_by_kueue(pod("plain"))
 

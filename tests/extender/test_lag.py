@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from extender.cluster.lag import IN_FLIGHT_MAX, InFlight, complete_offer, feasible_nodes_to_find
+from extender.plan.in_flight import IN_FLIGHT_MAX, InFlight, complete_offer, feasible_nodes_to_find
 
 
 def test_in_flight_counts_the_other_unplaced_members_of_the_gang() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from extender.cluster.membership import GangSources, dependencies, work_out
 from extender.cluster.view import ClusterView
-from extender.pods.gang import may_belong_to_gang
+from extender.pods.facts import PodFacts
 from extender.pods.model import Entry
 from testkit.builders import DRIVER
 from tests.extender.random_events import Cluster
@@ -18,9 +18,7 @@ Key = tuple[str, str]
 def _from_scratch(view: ClusterView) -> dict[Key, Entry]:
     sources = GangSources.of(view, DRIVER)
     return {
-        key: work_out(pod, view.claims, view.templates, sources)
-        for key, pod in view.pods.items()
-        if may_belong_to_gang(pod)
+        key: work_out(pod, view.claims, view.templates, sources) for key, pod in view.pods.items() if pod.may_join_gang
     }
 
 
@@ -66,7 +64,7 @@ def test_deleted_gang_pods_and_their_claims_leave_the_index() -> None:
     late = [key for key in grown if key[1].startswith("late-")]
     for key in late:
         pod = cluster.state.objects["pods"][key]
-        for kind, dependency in dependencies(pod):
+        for kind, dependency in dependencies(PodFacts.of(pod)):
             obj = cluster.state.objects[kind].get(dependency)
             if obj is not None:
                 cluster.state.apply("DELETED", kind, obj)

@@ -18,6 +18,7 @@ from extender.plan.capacity import Matcher
 from extender.plan.config import ExtenderConfig
 from extender.plan.current import CurrentPlan
 from extender.pods.demand import demand_of
+from extender.pods.facts import PodFacts
 from extender.preempt.preemption_plan import (
     Budget,
     Decision,
@@ -117,8 +118,8 @@ MATCHER = Matcher(Selectors(), DRIVER)
 
 
 def _single(view: ClusterView, pod: dict[str, Any]) -> Preemptor:
-    demand = demand_of(pod, view.claims, view.templates, view.classes, DRIVER)
-    return pod_preemptor(pod, demand, view)
+    demand = demand_of(PodFacts.of(pod), view.claims, view.templates, view.classes, DRIVER)
+    return pod_preemptor(PodFacts.of(pod), demand, view)
 
 
 def _gang(view: ClusterView, key: str, priority: int) -> Preemptor:
