@@ -30,6 +30,8 @@ lint: venv
 	$(BIN)/mypy $(PACKAGES) tests bench
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/lint-imports
+	$(BIN)/python -m tools.docs_pages --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 unit: venv
 	$(BIN)/pytest tests $(PYTEST_ARGS)

@@ -7,8 +7,8 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from dra_driver import cli as plugin_cli
 from dra_driver.kubelet import probe as plugin_probe
+from dra_driver.run import cli as plugin_cli
 from extender import cli as extender_cli
 from nativedra import __version__
 from nativedra.base.certs import renewal_cli as cert_renewal_cli

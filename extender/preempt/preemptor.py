@@ -34,7 +34,6 @@ from extender.cluster.reservation import Reservation, Victim, lease_body
 from extender.cluster.state import ClusterState
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Usage
-from extender.metrics import EVICTIONS, PREEMPTION_DECISIONS, PREEMPTION_SECONDS
 from extender.plan.capacity import Matcher
 from extender.plan.config import ExtenderConfig
 from extender.plan.current import CurrentPlan
@@ -43,6 +42,7 @@ from extender.pods.facts import PodFacts
 from extender.pods.keys import key_of
 from extender.pods.model import Gang
 from extender.preempt.leader import LeaderLease
+from extender.preempt.metrics import EVICTIONS, PREEMPTION_DECISIONS, PREEMPTION_SECONDS
 from extender.preempt.preemption_plan import (
     Budget,
     Decision,

@@ -23,10 +23,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from extender import metrics
 from extender.cluster.state import ClusterState
 from extender.plan.decide import RETRY, Decider
 from extender.pods.facts import PodFacts
+from extender.serve import metrics
 from extender.serve.health import Watchdog
 from extender.serve.wire import ExtenderArgs, MalformedBodyError, encode_priorities, filter_result, parse_args
 

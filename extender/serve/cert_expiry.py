@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 from urllib3.exceptions import HTTPError
 
-from extender.metrics import CERTIFICATE_EXPIRY
+from extender.serve.metrics import CERTIFICATE_EXPIRY
 from nativedra.base.certs.tls_reload import LoadedTls, TlsFiles
 from nativedra.base.kube.events import pod_event
 from nativedra.base.kube.names import DRIVER_NAME

@@ -28,7 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from dra_driver.cli import publish_config_from
+from dra_driver.run.cli import publish_config_from
 from nativedra.cli import build_parser
 from nativedra.cluster.helm import CHART, Helm, HelmError, build_helm
 from testkit.manifests import MANIFESTS, kustomize, named

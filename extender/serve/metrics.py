@@ -1,4 +1,4 @@
-"""Prometheus metrics of the extender (`nativedra_extender_*`)."""
+"""Prometheus metrics of the extender's HTTP surface (`nativedra_extender_*`; preemption has its own)."""
 
 from __future__ import annotations
 
@@ -20,19 +20,4 @@ CERTIFICATE_EXPIRY = Gauge(
     "nativedra_extender_certificate_expiry_seconds",
     "Seconds until the earliest notAfter in the serving certificate file or the client CA file (negative: expired)",
     ["file"],
-)
-PREEMPTION_DECISIONS = Counter(
-    "nativedra_extender_preemption_decisions_total",
-    "Preemption decisions: victims chosen and evicted (evicting), or none would help (not_helpful)",
-    ["outcome"],
-)
-EVICTIONS = Counter(
-    "nativedra_extender_evictions_total",
-    "Evictions asked for preemptors, by answer: evicted, blocked (a PodDisruptionBudget refused), gone",
-    ["result"],
-)
-PREEMPTION_SECONDS = Histogram(
-    "nativedra_extender_preemption_seconds",
-    "From a preemption decision to its preemptor placed",
-    buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600),
 )

@@ -9,7 +9,6 @@ from typing import Any
 
 import yaml
 
-from dra_driver import node_plugin
 from dra_driver.discovery import Backend, DiscoveryError
 from dra_driver.discovery.factory import BACKENDS, make_backend
 from dra_driver.discovery.simulated import profile_document
@@ -17,6 +16,7 @@ from dra_driver.inventory import Inventory
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_DEV_ROOT, DEFAULT_SYS_ROOT, add_socket_flags
 from dra_driver.publishing.publish_config import ConfigError, PublishConfig, load_publish_config, parse_fractions
 from dra_driver.publishing.slices import devices_and_counters
+from dra_driver.run import node_plugin
 from nativedra.base.cmdline.flags import add_flag
 from nativedra.base.kube.names import DRIVER_NAME
 from nativedra.base.kube.units import GIB
