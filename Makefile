@@ -7,7 +7,7 @@ PACKAGES := nativedra dra_driver cdi extender e2e hardware testkit tools
 # A real node needs root (kubelet, containerd, mknod); elsewhere its tests skip and say why.
 REAL_NODE_BUILD := $(if $(filter 0,$(shell id -u)),--real-node --image-source .,)
 
-.PHONY: demo test lint unit e2e bench soak venv clean down protos image test-matrix test-gpu gpu-wheels
+.PHONY: demo test check lint unit e2e bench soak venv clean down protos image test-matrix test-gpu gpu-wheels
 
 venv: $(VENV)/.installed
 
@@ -46,6 +46,13 @@ test: lint
 	$(BIN)/python -m dra_driver.proto.generate --check
 	$(BIN)/nativedra cluster build --with jobset,lws,kueue --helm $(REAL_NODE_BUILD) >/dev/null
 	$(BIN)/pytest -ra --durations=25 $(PYTEST_ARGS)
+
+# The edit-test loop (warm: binaries cached): lint, types, every unit test and one end-to-end test
+# through the real kube-scheduler and the extender's own process. `make test` stays the whole suite.
+SMOKE_E2E ?= e2e/test_extender.py::test_fast_path_and_malformed_calls
+check: lint
+	$(BIN)/nativedra cluster build >/dev/null
+	$(BIN)/pytest -q -x tests $(SMOKE_E2E) $(PYTEST_ARGS)
 
 # The image of this tree, built with podman (on a Debian base built locally when no registry answers).
 image: venv

@@ -2,7 +2,7 @@
 and modes of `testkit.four_way` with more trials than its e2e module runs (`python -m bench native_gang`).
 Default and extender run on the control plane `python -m bench` starts (default gates); native and
 both on a second one with the gates. Figures go to bench-results/native_gang.json; the lines printed
-end with the table for the README.
+end with the table for docs/gangs.md.
 """
 
 from __future__ import annotations

@@ -722,7 +722,7 @@ def _side_by_side(
 
 
 def table(side: dict[str, Any]) -> list[str]:
-    """The README's side-by-side table."""
+    """The side-by-side table of docs/preemption.md."""
     modes = list(SIDE_MODES)
 
     def cell(result: dict[str, Any]) -> str:

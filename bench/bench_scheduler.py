@@ -63,7 +63,7 @@ PODS_WAIT_S = 300.0
 MODES = ("without", "with")
 # The modes take turns as without-with, then with-without: whatever drifts over a run (etcd's size,
 # the API server's caches, the machine's other load) weighs on both alike, not on the second. At
-# 5,000 nodes, single runs of one order gave 0.71-1.18 x for the same tree (README).
+# 5,000 nodes, single runs of one order gave 0.71-1.18 x for the same tree (docs/performance.md).
 ROUND_ORDERS = (("without", "with"), ("with", "without"))
 # kube-controller-manager's client rate, lifted the same way for the whole benchmark plane: at its
 # default (20 requests/s) the controller making each pod's claim from its template (two writes per

@@ -5,7 +5,7 @@ extender's promises are asserted in both of its modes (no gang left partly place
 gangs in a rack each, the mixed stream's gangs whole in one rack each with every 1-GPU pod bound);
 native's all-or-nothing is checked too. What the default scheduler and native alone do is recorded,
 not asserted: it is what the comparison shows. `python -m bench native_gang` runs the same with
-more trials (and the two-gang one) for the README's table.
+more trials (and the two-gang one) for the table in docs/gangs.md.
 
 Default and extender run on the session's plane, native and both on the gated one (`gated_plane`:
 gates beyond the defaults as `testkit.four_way.NATIVE_GANGS` says: the PodGroup API, the

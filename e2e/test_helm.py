@@ -38,7 +38,7 @@ from testkit.extender_harness import fresh_namespace
 from testkit.manifests import containers_unavailable
 
 RELEASE = "nativedra"
-RELEASE_NAMESPACE = "kube-system"  # where README's install keeps the release record (it holds the keys)
+RELEASE_NAMESPACE = "kube-system"  # where docs/install.md's install keeps the release record (it holds the keys)
 NAMESPACE = "nativedra-system"
 NODE = "real-0"
 REPO = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ contradict each other.
 
 Kueue runs with nativedra's one Configuration (nativedra/cluster/kueue_config.py): DRA quota on
 (`deviceClassMappings`, Kueue's alpha `DynamicResourceAllocation` gate), the extender marker left
-out of quota. Kueue v0.17 has no support for Kubernetes' native PodGroup (README, "Kueue").
+out of quota. Kueue v0.17 has no support for Kubernetes' native PodGroup (docs/kueue.md).
 """
 
 from __future__ import annotations

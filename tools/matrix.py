@@ -1,5 +1,5 @@
 """The plugin and extender e2e against several Kubernetes releases, each with its default feature
-gates, as the clusters users run (1.34/1.35 on most managed offerings): which rows of the README's
+gates, as the clusters users run (1.34/1.35 on most managed offerings): which rows of docs/install.md's
 version table work on which release.
 
 `python -m tools.matrix [--versions v1.34.4,v1.35.4]` (`make test-matrix`; not in CI: it builds every
@@ -30,7 +30,7 @@ MODULES = (
     "e2e/test_extender.py",
     "e2e/test_abuse_extender_planning.py",
 )
-# README rows -> the tests that show them (a test name prefix, parameters included).
+# docs/install.md rows -> the tests that show them (a test name prefix, parameters included).
 ROWS: dict[str, tuple[str, ...]] = {
     "whole GPUs": (
         "test_smoke.py::",
@@ -114,7 +114,7 @@ def run_version(version: str, python: str, extra: list[str], reports: Path) -> O
 
 
 def summary(outcomes: list[Outcome]) -> str:
-    """Per release: counts and time, each README row, and the failed tests by name."""
+    """Per release: counts and time, each docs/install.md row, and the failed tests by name."""
     lines = [f"{'version':<10} {'passed':>6} {'failed':>6} {'skipped':>7} {'minutes':>7}"]
     for o in outcomes:
         counts = f"{o.count('passed'):>6} {o.count('failed'):>6} {o.count('skipped'):>7}"

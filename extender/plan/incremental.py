@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher
-from extender.plan.hold_clock import hold_clock, room_counts
+from extender.plan.hold_clock import Room, room_counts
 from extender.plan.planner import ClusterPlan, Planning
 from extender.pods.gang import GangRef, Part
 from extender.pods.model import Gang, HoldClock, Member, Plan, PlanLimits
@@ -243,19 +243,10 @@ class IncrementalPlanning(Planning):
             self.usable[gang.ref.key] = self.incremental.usable(gang, self.nodes)
         return settled
 
-    def hold(self, gang: Gang) -> HoldClock:
-        previous = self.clocks.get(gang.ref.key)
-        return hold_clock(
-            gang,
-            previous,
-            self.nodes,
-            self.usage,
-            self.matcher,
-            now=self.now,
-            timeout=self.limits.timeout,
-            changed=self.incremental.clock_changes(gang, previous),
-            room=self.incremental.room,
-        )
+    def hold(self, gang: Gang, *, changed: Collection[str] | None = None, room: Room = room_counts) -> HoldClock:
+        """The memo decides which nodes need a look and answers the room counts it has seen."""
+        changed = self.incremental.clock_changes(gang, self.clocks.get(gang.ref.key))
+        return super().hold(gang, changed=changed, room=self.incremental.room)
 
     def place(self, gang: Gang, working: dict[str, Usage], expired: bool) -> tuple[Plan, dict[str, Usage]]:
         def anew() -> Record:

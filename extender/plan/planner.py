@@ -27,7 +27,7 @@ from functools import cached_property
 
 from extender.devices.node_usage import Node, Usage, total_allocations
 from extender.plan.capacity import Matcher, members_fit, most_members
-from extender.plan.hold_clock import hold_clock
+from extender.plan.hold_clock import Room, hold_clock, room_counts
 from extender.pods.demand import Demand
 from extender.pods.gang import GangRef, Part
 from extender.pods.model import ANYWHERE, Gang, HoldClock, Plan, PlanLimits
@@ -544,7 +544,8 @@ class Planning:
         an object not seen yet): it holds nothing and has no clock."""
         return _settled(gang, gang.demand()) if gang.members else None
 
-    def hold(self, gang: Gang) -> HoldClock:
+    def hold(self, gang: Gang, *, changed: Collection[str] | None = None, room: Room = room_counts) -> HoldClock:
+        """The gang's hold clock after this plan; `changed` and `room` as `hold_clock` takes them."""
         return hold_clock(
             gang,
             self.clocks.get(gang.ref.key),
@@ -553,6 +554,8 @@ class Planning:
             self.matcher,
             now=self.now,
             timeout=self.limits.timeout,
+            changed=changed,
+            room=room,
         )
 
     def place(self, gang: Gang, working: dict[str, Usage], expired: bool) -> tuple[Plan, dict[str, Usage]]:

@@ -13,7 +13,7 @@ extender places admitted pods. So:
   allocator still picks the devices on that host, and the extender still scores and filters the
   pod as any pod outside a gang. With a Topology that stops above the host (e.g. at racks) Kueue
   chooses a rack from the rack's summed capacity, blind to how it is split between nodes; the
-  gang is then planned inside that rack and may not fit there (README, "Kueue").
+  gang is then planned inside that rack and may not fit there (docs/kueue.md).
 - The extender never preempts for a pod Kueue manages: which workload runs when quota is short is
   Kueue's decision (its own preemption, cohort reclaim, fair sharing), and a Kueue-admitted pod that
   waits for devices is waiting for the workload Kueue evicted to leave. Evicting other pods for it

@@ -19,7 +19,7 @@ Gates (Configuration `featureGates`, Kueue's own, not Kubernetes'):
   resources of `deviceClassMappings` (KEP-2941: DRA quota does not work with TAS), so it may choose
   a rack whose GPUs are taken. nativedra then plans inside Kueue's rack and never elsewhere (the
   pod's nodeSelector says which), so GPU pods under TAS should also request cpu in proportion to
-  their GPUs on nodes whose allocatable cpu matches (README, "Kueue").
+  their GPUs on nodes whose allocatable cpu matches (docs/kueue.md).
 
 `resources.excludeResourcePrefixes` leaves out the extender marker (`nativedra.dev/extender`, added
 to GPU and gang pods by manifests/scheduler/extender-marker-policy.yaml): no quota covers it, and a

@@ -159,7 +159,7 @@ def renew(cert: x509.Certificate, ca: Ca, now: dt.datetime, lifetime: dt.timedel
 
 def ca_outlives(ca: Ca, issued: Issued) -> str | None:
     """A note when the CA expires before the leaf it just signed: the leaf is refused from then on,
-    and a CA is renewed by hand (README, "Certificate rotation")."""
+    and a CA is renewed by hand (docs/install.md, "Certificate rotation")."""
     if not_after(ca.cert) >= not_after(issued.cert):
         return None
     return (

@@ -1,6 +1,6 @@
 """The scheduler's client certificate on a control-plane node, renewed as one pair.
 
-kube-scheduler re-reads its extender `certFile` and `keyFile` on new handshakes (README,
+kube-scheduler re-reads its extender `certFile` and `keyFile` on new handshakes (docs/install.md,
 "Certificate rotation"): two separate writes would let it read a new certificate beside the old key
 and fail handshakes. So, as the kubelet lays out a mounted Secret, `tls.crt` and `tls.key` are links
 through `..data` to a version directory; a renewal writes both files into a new version directory
