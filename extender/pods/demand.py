@@ -195,7 +195,8 @@ def extended_requests(pod: PodFacts, classes: Mapping[str, dict[str, Any]], driv
     deviceclass.resource.kubernetes.io/<class>) is a request of that many devices of the class,
     as the scheduler's special claim for the pod will ask. Other extended resources are a device
     plugin's, not ours."""
-    if not pod.extended:
+    asked = pod.extended
+    if not asked:
         return []
     by_resource = {}
     for name, device_class in classes.items():
@@ -204,7 +205,7 @@ def extended_requests(pod: PodFacts, classes: Mapping[str, dict[str, Any]], driv
         if named:
             by_resource[named] = name
     requests = []
-    for resource, count in pod.extended:
+    for resource, count in asked:
         class_name = by_resource.get(resource)
         selectors = _class_selectors(classes, class_name) if class_name else None
         if selectors is not None and count > 0 and any(driver in s for s in selectors):

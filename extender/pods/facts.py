@@ -5,8 +5,7 @@ these fields; only the parsers of this room (demand, gang, eligibility, admissio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from extender.pods.gang import may_belong_to_gang
 from extender.pods.keys import Key, timestamp
@@ -14,8 +13,7 @@ from extender.pods.kueue import managed_by_kueue
 from nativedra.base.kube.pods import extended_claim_name, extended_resources, pod_claim_names
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
+class ClaimRef(NamedTuple):
     """One entry of the pod's spec.resourceClaims."""
 
     name: str  # the pod's own name for it
@@ -23,83 +21,112 @@ class ClaimRef:
     template: str | None  # the ResourceClaimTemplate it is generated from
 
 
-def _bound_at(status: dict[str, Any]) -> float | None:
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
-            return timestamp(condition.get("lastTransitionTime"))
-    return None
+def _scheduled(status: dict[str, Any]) -> tuple[float | None, bool]:
+    """From the PodScheduled condition: when it turned True (bound), and whether the scheduler tried
+    the pod and found no node."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled":
+            if condition.get("status") == "True":
+                return timestamp(condition.get("lastTransitionTime")), False
+            return None, condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
+    return None, False
 
 
-def _unschedulable(status: dict[str, Any]) -> bool:
-    """The scheduler has tried the pod and found no node (its PodScheduled condition says so)."""
-    return any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-        for c in status.get("conditions") or []
-    )
+class PodFacts(NamedTuple):
+    """Immutable, and a tuple: made for every pod event, a tuple costs a fifth of a frozen dataclass."""
 
-
-@dataclass(frozen=True, slots=True)
-class PodFacts:
     key: Key
     name: str  # namespace/name
     uid: str
     node: str | None  # spec.nodeName: bound
     phase: str
     priority: int
-    created: float  # unix seconds
-    started: float  # status.startTime, else created
     terminating: bool  # a deletionTimestamp is set
-    bound_at: float | None  # when its PodScheduled condition turned True
-    claims: tuple[ClaimRef, ...]
-    claim_names: tuple[str, ...]  # the ResourceClaims it uses that exist by name, its extended-resource claim last
-    extended_claim: str | None  # the scheduler's claim for its extended resources, once made
-    extended: tuple[tuple[str, int], ...]  # extended resources asked, sorted by name
     may_join_gang: bool  # gang labels or a scheduling group (extender.pods.gang)
     needs_planning: bool  # claims or a gang: without either every node passes with a score of 0
+    relevant: bool  # the extender keeps it: claims, extended resources (or their claim), or a gang
     may_preempt: bool  # preemptionPolicy is not Never
-    unschedulable: bool
-    managed_by_kueue: bool
     has_pod_affinity: bool
-    labels: dict[str, str] = field(compare=False, repr=False)
-    obj: dict[str, Any] = field(compare=False, repr=False)  # for the parsers that read further
+    labels: dict[str, str]
+    obj: dict[str, Any]  # for the parsers that read further
 
     @classmethod
     def of(cls, pod: dict[str, Any]) -> PodFacts:
         metadata, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-        namespace = metadata.get("namespace", "")
-        names, extended_claim, extended = pod_claim_names(pod), extended_claim_name(pod), extended_resources(pod)
-        created = timestamp(metadata.get("creationTimestamp"))
-        claims = tuple(
-            ClaimRef(ref["name"], names.get(ref["name"]), ref.get("resourceClaimTemplateName"))
-            for ref in spec.get("resourceClaims") or []
-        )
-        found = [ref.claim for ref in claims if ref.claim]
+        namespace, name = metadata.get("namespace", ""), metadata["name"]
         may_join_gang = may_belong_to_gang(pod)
+        needs_planning = bool(spec.get("resourceClaims")) or may_join_gang
         affinity = spec.get("affinity") or {}
+        # Positional, in field order: a tuple made from keywords costs twice as much.
         return cls(
-            key=(namespace, metadata["name"]),
-            name=f"{namespace}/{metadata['name']}",
-            uid=metadata.get("uid") or "",
-            node=spec.get("nodeName") or None,
-            phase=status.get("phase") or "",
-            priority=int(spec.get("priority") or 0),
-            created=created,
-            started=timestamp(status["startTime"]) if status.get("startTime") else created,
-            terminating=bool(metadata.get("deletionTimestamp")),
-            bound_at=_bound_at(status),
-            claims=claims,
-            claim_names=(*found, extended_claim) if extended_claim else tuple(found),
-            extended_claim=extended_claim,
-            extended=tuple(sorted(extended.items())),
-            may_join_gang=may_join_gang,
-            needs_planning=bool(claims) or may_join_gang,
-            may_preempt=spec.get("preemptionPolicy") != "Never",
-            unschedulable=_unschedulable(status),
-            managed_by_kueue=managed_by_kueue(pod),
-            has_pod_affinity=bool(affinity.get("podAffinity") or affinity.get("podAntiAffinity")),
-            labels=metadata.get("labels") or {},
-            obj=pod,
+            (namespace, name),
+            f"{namespace}/{name}",
+            metadata.get("uid") or "",
+            spec.get("nodeName") or None,
+            status.get("phase") or "",
+            int(spec.get("priority") or 0),
+            bool(metadata.get("deletionTimestamp")),
+            may_join_gang,
+            needs_planning,
+            needs_planning or extended_claim_name(pod) is not None or bool(extended_resources(pod)),
+            spec.get("preemptionPolicy") != "Never",
+            bool(affinity.get("podAffinity") or affinity.get("podAntiAffinity")),
+            metadata.get("labels") or {},
+            pod,
         )
+
+    # Read when asked, not as every watch event arrives (kopf's typed body views work alike): each
+    # is read where a decision needs it, and most pods' events need none of them.
+
+    @property
+    def claims(self) -> tuple[ClaimRef, ...]:
+        names = pod_claim_names(self.obj)
+        return tuple(
+            ClaimRef(ref["name"], names.get(ref["name"]), ref.get("resourceClaimTemplateName"))
+            for ref in self.spec.get("resourceClaims") or ()
+        )
+
+    @property
+    def claim_names(self) -> tuple[str, ...]:
+        """The ResourceClaims it uses that exist by name, its extended-resource claim last."""
+        found = tuple(name for name in pod_claim_names(self.obj).values() if name)
+        special = self.extended_claim
+        return (*found, special) if special else found
+
+    @property
+    def extended_claim(self) -> str | None:
+        """The scheduler's claim for its extended resources, once made."""
+        return extended_claim_name(self.obj)
+
+    @property
+    def extended(self) -> tuple[tuple[str, int], ...]:
+        """The extended resources asked, sorted by name."""
+        return tuple(sorted(extended_resources(self.obj).items()))
+
+    @property
+    def created(self) -> float:
+        """creationTimestamp in unix seconds (now where the object has none)."""
+        return timestamp(self.obj["metadata"].get("creationTimestamp"))
+
+    @property
+    def started(self) -> float:
+        """status.startTime, else created."""
+        start = (self.obj.get("status") or {}).get("startTime")
+        return timestamp(start) if start else self.created
+
+    @property
+    def bound_at(self) -> float | None:
+        """When its PodScheduled condition turned True."""
+        return _scheduled(self.obj.get("status") or {})[0]
+
+    @property
+    def unschedulable(self) -> bool:
+        """The scheduler has tried the pod and found no node (its PodScheduled condition says so)."""
+        return _scheduled(self.obj.get("status") or {})[1]
+
+    @property
+    def managed_by_kueue(self) -> bool:
+        return managed_by_kueue(self.obj)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -109,12 +136,6 @@ class PodFacts:
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
-
-    @property
-    def relevant(self) -> bool:
-        """Whether the extender keeps it: with claims (the scheduler's special claim for extended
-        resources among them, or extended resources it may make one for), or in a gang."""
-        return bool(self.claims) or self.may_join_gang or self.extended_claim is not None or bool(self.extended)
 
 
 def facts_of(pod: PodFacts | dict[str, Any]) -> PodFacts:
