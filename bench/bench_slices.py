@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from kubernetes import client
 
-from bench.timing import Timing, measure, report
+from bench.timing import Timing, measure, report, write_results
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
@@ -61,3 +61,17 @@ def run(api: client.ApiClient) -> Iterator[str]:
         "one LIST",
         f"{sum(writes)} API writes in {REPUBLISH_RUNS} runs",
     )
+    path = write_results(
+        "slices",
+        {
+            "profile": "h100-8x",
+            "slices": len(specs),
+            "devices": devices,
+            "json_copy": copy.figures(copy),
+            "build": build.figures(copy),
+            "one_list": lists.figures(lists),
+            "first_publish": {**Timing(tuple(first_samples)).figures(lists), "writes_per_node": sorted(first_writes)},
+            "republish_unchanged": {**unchanged.figures(lists), "writes": sum(writes), "runs": REPUBLISH_RUNS},
+        },
+    )
+    yield f"figures written to {path}"

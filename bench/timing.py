@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +75,14 @@ def report(name: str, subject: Timing, baseline: Timing, baseline_name: str, ext
 
 
 def write_results(name: str, document: dict[str, Any]) -> Path:
-    """`document` as bench-results/<name>.json, for comparing runs without parsing the printed lines."""
+    """`document` as bench-results/<name>.json, for comparing runs without parsing the printed lines,
+    with when, how and on how many CPUs it ran unless it says so itself (the docs pages show them)."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    stamp = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": f"python -m bench {name}",
+        "cpus": os.cpu_count(),
+    }
+    path.write_text(json.dumps({**stamp, **document}, indent=2) + "\n")
     return path
