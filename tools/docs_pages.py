@@ -371,11 +371,91 @@ def at_scale_tables(results: list[Result]) -> list[str]:
     return ["## Results", "", *table(header, rows, numeric=range(1, len(docs) + 1))]
 
 
+def _p50_p99(figures: dict[str, Any] | None) -> str:
+    return "-" if not figures else f"{ms(figures['p50_ms'])} / {ms(figures['p99_ms'])}"
+
+
+_SHAPES = {"plain": "pod without claims", "single": "1-GPU pod", "member": "gang member 16 x 8 GPUs, one rack"}
+_MIXES = {"": "1 status event before each", "_usage": "1 event before each, half free or take a GPU"}
+_FIRST_CALLS = {
+    "floor": "JSON round trip of the request body (the floor)",
+    "first_filter": "filter, 1-GPU pod, first call once ready",
+    "first_prioritize": "prioritize, 1-GPU pod, first call once ready",
+}
+_AFTER_CALLS = {
+    "prioritize_new_shape": "prioritize, a new pod shape's first call",
+    "burst": "apply a burst of 1,000 watch events",
+    "filter_after_burst": "filter, 1-GPU pod, first call after the burst",
+}
+
+
+def extender_tables(results: list[Result]) -> list[str]:
+    """`bench-results/extender.json`: one column per cluster size."""
+    sizes = [latency for result in results for _, latency in sorted(result.document["latency"].items(), key=_size)]
+    rows = [["last LIST answered until /readyz answers 200", *(ms(s["ready"]["p50_ms"]) for s in sizes)]]
+    rows += [[label, *(_p50_p99(s.get(key)) for s in sizes)] for key, label in _FIRST_CALLS.items()]
+    rows += [
+        [f"{verb}, {shape_label}, {mix_label}", *(_p50_p99(s.get(f"{verb}_{shape}{mix}")) for s in sizes)]
+        for mix, mix_label in _MIXES.items()
+        for shape, shape_label in _SHAPES.items()
+        for verb in ("filter", "prioritize")
+    ]
+    rows += [[label, *(_p50_p99(s.get(key)) for s in sizes)] for key, label in _AFTER_CALLS.items()]
+    rows.append(["process RSS, MiB", *(number(s["rss"]["mib"], ",.0f") for s in sizes)])
+    header = ["p50 / p99 ms", *(f"{number(s['nodes'])} nodes" for s in sizes)]
+    return ["## Results", "", *table(header, rows, numeric=range(1, len(sizes) + 1))]
+
+
+def _size(item: tuple[str, Any]) -> int:
+    return int(item[0])
+
+
+def prepare_tables(results: list[Result]) -> list[str]:
+    """`bench-results/prepare.json`: NodePrepareResources through the kubelet's gRPC API."""
+    rows = []
+    for result in results:
+        d = result.document
+        callers = next(key for key in d if key.endswith("_callers"))
+        rows += [
+            ["one claim GET (the floor)", _p50_p99(d["one_claim_get"]), "-", "-"],
+            ["1 caller", *_prepared(d["one_caller"])],
+            [f"{callers.split('_')[0]} callers", *_prepared(d[callers])],
+            ["1 caller, each prepare after a refused claim", *_prepared(d["one_caller_beside_refusals"])],
+            ["the refused prepares", _p50_p99(d["one_caller_beside_refusals"]["refused"]), "-", "-"],
+        ]
+    header = ["NodePrepareResources of 200 claims", "p50 / p99 ms", "claims/s", "device status in the API after"]
+    return ["## Results", "", *table(header, rows, numeric=(1, 2, 3))]
+
+
+def _prepared(figures: dict[str, Any]) -> list[str]:
+    rate = figures.get("claims_per_s")
+    return [_p50_p99(figures), "-" if rate is None else number(rate, ",.0f"), seconds(figures.get("status_after_s"))]
+
+
+def slices_tables(results: list[Result]) -> list[str]:
+    """`bench-results/slices.json`: building one node's slices, and publishing them."""
+    rows = []
+    for result in results:
+        d = result.document
+        first, again = d["first_publish"], d["republish_unchanged"]
+        rows += [
+            [
+                f"build the slices of {d['profile']} ({d['slices']} slices, {d['devices']} devices)",
+                _p50_p99(d["build"]),
+            ],
+            ["a JSON copy of those slices (the floor)", _p50_p99(d["json_copy"])],
+            [f"first publish (API writes per node: {', '.join(map(str, first['writes_per_node']))})", _p50_p99(first)],
+            [f"publish again, nothing changed ({again['writes']} API writes in {again['runs']} runs)", _p50_p99(again)],
+            ["one LIST of the node's slices", _p50_p99(d["one_list"])],
+        ]
+    return ["## Results", "", *table(["", "p50 / p99 ms"], rows, numeric=(1,))]
+
+
 BENCHMARKS = (
-    Benchmark("slices", "ResourceSlices: build and publish", "python -m bench slices", "slices.json", generic_tables),
-    Benchmark("prepare", "NodePrepareResources", "python -m bench prepare", "prepare.json", generic_tables),
+    Benchmark("slices", "ResourceSlices: build and publish", "python -m bench slices", "slices.json", slices_tables),
+    Benchmark("prepare", "NodePrepareResources", "python -m bench prepare", "prepare.json", prepare_tables),
     Benchmark(
-        "extender", "The extender on a busy cluster", "python -m bench extender", "extender.json", generic_tables
+        "extender", "The extender on a busy cluster", "python -m bench extender", "extender.json", extender_tables
     ),
     Benchmark(
         "scheduler",
