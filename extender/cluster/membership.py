@@ -51,8 +51,9 @@ def node_of(pod: PodFacts, claims: Mapping[Key, dict[str, Any]], driver: str) ->
 def dependencies(pod: PodFacts) -> frozenset[Dependency]:
     """The claims and templates a pod's member is worked out from."""
     namespace = pod.key[0]
-    claims = [("resourceclaims", (namespace, name)) for name in pod.claim_names]
-    templates = [("resourceclaimtemplates", (namespace, ref.template)) for ref in pod.claims if ref.template]
+    read = pod.read_claims()
+    claims = [("resourceclaims", (namespace, name)) for name in read.names]
+    templates = [("resourceclaimtemplates", (namespace, ref.template)) for ref in read.refs if ref.template]
     return frozenset(claims + templates)
 
 
@@ -68,10 +69,11 @@ def work_out(
     ref = gang_of(pod.obj, sources.jobsets, sources.pod_group_min, sources.native_groups)
     if ref is None:
         return Entry(pod.obj, None, None)
+    read = pod.read_claims()
     member = Member(
         pod=pod.name,
-        node=node_of(pod, claims, sources.driver),
-        demand=demand_of(pod, claims, templates, sources.classes, sources.driver, include_allocated=True),
+        node=pod.node or allocated_node(pod, claims, sources.driver, read),
+        demand=demand_of(pod, claims, templates, sources.classes, sources.driver, include_allocated=True, read=read),
         created=pod.created,
         bound_at=pod.bound_at,
         spec=pod.obj.get("spec") or {},

@@ -36,9 +36,10 @@ class Sources:
 
 
 def ask(pod: PodFacts, sources: Sources) -> Asked:
+    read = pod.read_claims()
     return Asked(
         pod,
         gang_of(pod.obj, sources.jobsets, sources.pod_group_min, sources.native_groups),
-        demand_of(pod, sources.claims, sources.templates, sources.classes, sources.driver),
-        allocated_node(pod, sources.claims, sources.driver),
+        demand_of(pod, sources.claims, sources.templates, sources.classes, sources.driver, read=read),
+        allocated_node(pod, sources.claims, sources.driver, read),
     )

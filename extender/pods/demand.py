@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from extender.pods.facts import PodFacts
+from extender.pods.facts import PodClaims, PodFacts
 from nativedra.base.kube.names import STANDARD_NUMA_ATTRIBUTE
 from nativedra.base.kube.pods import CLASS_RESOURCE_PREFIX
 from nativedra.base.kube.units import quantity
@@ -151,16 +151,17 @@ def demand_of(
     driver: str,
     *,
     include_allocated: bool = False,
+    read: PodClaims | None = None,
 ) -> Demand:
     """Unallocated claims' requests; an allocated claim (e.g. shared) needs nothing more.
 
     With `include_allocated`, the pod's whole shape: what a member like it needs (gang planning
     uses a bound member to stand for members not created yet)."""
-    namespace = pod.key[0]
+    namespace, read = pod.key[0], read or pod.read_claims()
     requests: list[Request] = []
     partners: list[Partner] = []
     unresolved: list[str] = []
-    for reference in pod.claims:
+    for reference in read.refs:
         claim_name = reference.claim
         claim = claims.get((namespace, claim_name)) if claim_name else None
         if claim is not None:
@@ -182,20 +183,21 @@ def demand_of(
         else:
             requests.extend(found[0])
             partners.extend(found[1])
-    special = pod.extended_claim
+    special = read.extended_claim
     allocated = special is not None and ((claims.get((namespace, special)) or {}).get("status") or {}).get("allocation")
     if include_allocated or not allocated:
-        requests.extend(extended_requests(pod, classes, driver))
+        requests.extend(extended_requests(read.extended, classes, driver))
     return Demand(tuple(requests), tuple(unresolved), tuple(partners) if requests else ())
 
 
-def extended_requests(pod: PodFacts, classes: Mapping[str, dict[str, Any]], driver: str) -> list[Request]:
+def extended_requests(
+    asked: tuple[tuple[str, int], ...], classes: Mapping[str, dict[str, Any]], driver: str
+) -> list[Request]:
     """What the pod's extended resources ask of our devices (DRAExtendedResource): each resource
     named by one of our DeviceClasses (its extendedResourceName, or the implicit
     deviceclass.resource.kubernetes.io/<class>) is a request of that many devices of the class,
     as the scheduler's special claim for the pod will ask. Other extended resources are a device
     plugin's, not ours."""
-    asked = pod.extended
     if not asked:
         return []
     by_resource = {}
@@ -222,14 +224,16 @@ def _reserved_for(claim: dict[str, Any], pod: PodFacts) -> bool:
     )
 
 
-def allocated_node(pod: PodFacts, claims: Mapping[tuple[str, str], dict[str, Any]], driver: str) -> str | None:
+def allocated_node(
+    pod: PodFacts, claims: Mapping[tuple[str, str], dict[str, Any]], driver: str, read: PodClaims | None = None
+) -> str | None:
     """The node a pod's claim was allocated on for this pod, before the pod has a nodeName.
 
     The scheduler writes a claim's allocation (reserved for the pod) before it binds the pod: in
     between, the pod's devices are already in use, so the pod is placed, not waiting. A shared
     claim allocated earlier for other pods does not place this one until it is reserved for it."""
     namespace = pod.key[0]
-    for claim_name in pod.claim_names:
+    for claim_name in (read or pod.read_claims()).names:
         claim = claims.get((namespace, claim_name))
         if claim is None or not _reserved_for(claim, pod):
             continue

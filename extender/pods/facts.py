@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from extender.pods.gang import may_belong_to_gang
 from extender.pods.keys import Key, timestamp
 from extender.pods.kueue import managed_by_kueue
-from nativedra.base.kube.pods import extended_claim_name, extended_resources, pod_claim_names
+from nativedra.base.kube.pods import extended_claim_name, extended_resources, pod_claims
 
 
 class ClaimRef(NamedTuple):
@@ -30,6 +30,13 @@ def _scheduled(status: dict[str, Any]) -> tuple[float | None, bool]:
                 return timestamp(condition.get("lastTransitionTime")), False
             return None, condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
     return None, False
+
+
+class PodClaims(NamedTuple):
+    refs: tuple[ClaimRef, ...]
+    names: tuple[str, ...]  # the ResourceClaims it uses that exist by name, its extended-resource claim last
+    extended_claim: str | None  # the scheduler's claim for its extended resources, once made
+    extended: tuple[tuple[str, int], ...]  # extended resources asked, sorted by name
 
 
 class PodFacts(NamedTuple):
@@ -78,30 +85,15 @@ class PodFacts(NamedTuple):
     # Read when asked, not as every watch event arrives (kopf's typed body views work alike): each
     # is read where a decision needs it, and most pods' events need none of them.
 
-    @property
-    def claims(self) -> tuple[ClaimRef, ...]:
-        names = pod_claim_names(self.obj)
-        return tuple(
+    def read_claims(self) -> PodClaims:
+        """What the pod says of its claims: read where a decision needs them, once per decision."""
+        names, special, extended = pod_claims(self.obj)
+        refs = tuple(
             ClaimRef(ref["name"], names.get(ref["name"]), ref.get("resourceClaimTemplateName"))
             for ref in self.spec.get("resourceClaims") or ()
         )
-
-    @property
-    def claim_names(self) -> tuple[str, ...]:
-        """The ResourceClaims it uses that exist by name, its extended-resource claim last."""
-        found = tuple(name for name in pod_claim_names(self.obj).values() if name)
-        special = self.extended_claim
-        return (*found, special) if special else found
-
-    @property
-    def extended_claim(self) -> str | None:
-        """The scheduler's claim for its extended resources, once made."""
-        return extended_claim_name(self.obj)
-
-    @property
-    def extended(self) -> tuple[tuple[str, int], ...]:
-        """The extended resources asked, sorted by name."""
-        return tuple(sorted(extended_resources(self.obj).items()))
+        found = tuple(ref.claim for ref in refs if ref.claim)
+        return PodClaims(refs, (*found, special) if special else found, special, tuple(sorted(extended.items())))
 
     @property
     def created(self) -> float:

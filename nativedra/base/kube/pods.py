@@ -55,3 +55,9 @@ def extended_claim_name(pod: dict[str, Any]) -> str | None:
     """The claim the scheduler made for the pod's extended resources, once it has."""
     status = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
     return status.get("resourceClaimName") or None
+
+
+def pod_claims(pod: dict[str, Any]) -> tuple[dict[str, str | None], str | None, dict[str, int]]:
+    """Everything the pod says of its claims, read in one go: `pod_claim_names`,
+    `extended_claim_name` and `extended_resources`."""
+    return pod_claim_names(pod), extended_claim_name(pod), extended_resources(pod)
