@@ -22,15 +22,11 @@ from extender.devices.node_usage import (
     published_digest,
     usage_of,
 )
+from extender.pods.keys import Key, object_key
 from nativedra.base.gcutil.collector import built_in_bulk
 
 log = logging.getLogger(__name__)
-Key = tuple[str, str]
 Pool = tuple[str, str]  # (driver, pool name)
-
-
-def _key(obj: dict[str, Any]) -> Key:
-    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 
 class PartnerPools:
@@ -170,7 +166,7 @@ class DeviceIndex:
                     nodes[name] = usage[name] = None
                 continue
             slices = list(self._slices_by_node[name].values())
-            nodes.update(nodes_from([node_object], slices, self.driver, lambda s: self._slice_digests[_key(s)]))
+            nodes.update(nodes_from([node_object], slices, self.driver, lambda s: self._slice_digests[object_key(s)]))
             self._partners.place(name, slices)
             self._dirty_usage.add(name)
         self._dirty_nodes.clear()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-Key = tuple[str, str]
+from extender.pods.keys import Key
+
 Change = tuple[str, Key]  # (kind, key); node models are kind "node" and usage "usage", key ("", node name)
 
 

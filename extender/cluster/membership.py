@@ -20,10 +20,9 @@ from extender.pods.demand import allocated_node, demand_of
 from extender.pods.eligibility import PlacedPods
 from extender.pods.facts import PodFacts
 from extender.pods.gang import JobSetShape, NativeGroup, gang_of
-from extender.pods.keys import pod_key
+from extender.pods.keys import Key, pod_key
 from extender.pods.model import Entry, Gang, Member
 
-Key = tuple[str, str]
 Dependency = tuple[str, Key]  # ("resourceclaims" | "resourceclaimtemplates", (namespace, name))
 
 

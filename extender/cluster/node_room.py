@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender.pods.keys import Key
 from extender.pods.node_admission import NONE, NodeAdmission, Requests, counts_on_node, pod_requests
-
-Key = tuple[str, str]
 
 
 class NodeRoom:

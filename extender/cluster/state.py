@@ -25,17 +25,13 @@ from extender.cluster.view import ClusterView
 from extender.devices.node_usage import share_values
 from extender.pods.facts import PodFacts
 from extender.pods.gang import JobSetShape, NativeGroup
+from extender.pods.keys import Key, object_key
 from extender.pods.node_admission import NodeAdmission, Requests
 from nativedra.base.gcutil.collector import freeze_survivors
 
 log = logging.getLogger(__name__)
 NATIVE_KINDS = ("nativepodgroups", "nativepodgroups-v1alpha2")
-Key = tuple[str, str]
 JOURNALED = frozenset({"pods", "resourceclaims", "resourceclaimtemplates"})
-
-
-def _key(obj: dict[str, Any]) -> Key:
-    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 
 class ClusterState:
@@ -108,7 +104,7 @@ class ClusterState:
             for item in items:
                 self._store(kind, item)
                 if kind == "pods":
-                    self._room.account(_key(item), item)
+                    self._room.account(object_key(item), item)
             self._synced.add(kind)
             self.version += 1
             self._journal.restart(self.version)  # a whole kind replaced: readers look at everything
@@ -126,11 +122,11 @@ class ClusterState:
     def apply(self, event: str, kind: str, obj: dict[str, Any]) -> None:
         with self.lock:
             if event == "DELETED":
-                self._forget(kind, _key(obj))
+                self._forget(kind, object_key(obj))
             else:
                 self._store(kind, obj)
             if kind == "pods":
-                self._room.account(_key(obj), None if event == "DELETED" else obj)
+                self._room.account(object_key(obj), None if event == "DELETED" else obj)
             self.version += 1
             self._since_freeze += 1
             if self._since_freeze >= self.REFREEZE_EVENTS and not self.missing():
@@ -164,7 +160,7 @@ class ClusterState:
             self._journal.unjournaled()
 
     def _store(self, kind: str, obj: dict[str, Any]) -> None:
-        key = _key(obj)
+        key = object_key(obj)
         if kind == "pods":
             facts = PodFacts.of(obj)
             if not facts.relevant:  # no claims, no extended resources, no gang: it cannot matter

@@ -178,7 +178,7 @@ def _without_identity(raw: dict[str, Any]) -> dict[str, Any]:
 def published_digest(resource_slice: dict[str, Any]) -> bytes:
     """What a slice of ours publishes, in 16 bytes: its shared counters and everything its devices
     publish (names, attributes, capacity, counters consumed, taints) less their identities. Worked
-    out as the slice arrives (`ClusterState`), while it is still in the CPU's caches: at 10,000 nodes
+    out as the slice arrives (`extender.cluster.device_index`), while it is still in the CPU's caches: at 10,000 nodes
     the same serialization at the first view, over slices listed long before, took 0.2 s."""
     spec = resource_slice.get("spec") or {}
     devices = [_without_identity(raw) for raw in spec.get("devices") or []]
@@ -348,7 +348,7 @@ class Usage:
         return Usage(self.devices - base.devices, shared, counters, groups, self.partners - base.partners)
 
     def fingerprint(self) -> tuple[Any, ...]:
-        """Equal for equal usages: the state keeps one object per value (see ClusterState)."""
+        """Equal for equal usages: the state keeps one object per value (see `DeviceIndex._canonical`)."""
         return (
             frozenset(self.devices),
             tuple((d, tuple(sorted(c.items()))) for d, c in sorted(self.shared.items())),
@@ -401,7 +401,7 @@ Allocated = tuple[str, str, str, dict[str, Decimal] | None]
 
 def allocated_results(claim: dict[str, Any]) -> tuple[Allocated, ...]:
     """The devices the claim is allocated (none while it is not): what its usage is made of, read
-    once as the claim arrives (`ClusterState`), not from the claim at each rebuild. An adminAccess
+    once as the claim arrives (`extender.cluster.device_index`), not from the claim at each rebuild. An adminAccess
     result uses nothing, as the scheduler counts it (`foreachAllocatedDevice`): evicting its pod
     frees nothing, and it keeps nobody else off the device."""
     allocation = (claim.get("status") or {}).get("allocation")

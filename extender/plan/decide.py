@@ -82,7 +82,7 @@ class Decider:
         self.config = config
         self.matcher = matcher or Matcher(Selectors(), config.driver)
         self.plans = plans or CurrentPlan(config, self.matcher)
-        self._in_flight = InFlight()  # gang members admitted and not yet shown placed (extender.cluster.lag)
+        self._in_flight = InFlight()  # gang members admitted and not yet shown placed (extender.plan.in_flight)
         # demand -> (shape of the matching devices, id of the usage) -> (usage, score): one score
         # serves every node built and used alike, so a new pod shape is scored once per kind of
         # node, not once per node. At most SCORE_DEMANDS demands (least recently used out), each

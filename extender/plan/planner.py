@@ -560,7 +560,8 @@ class Planning:
 
     def place(self, gang: Gang, working: dict[str, Usage], expired: bool) -> tuple[Plan, dict[str, Usage]]:
         """The gang's plan against `working` (the usage the gangs before it left) and the usage it
-        holds; `expired` gangs plan behind the others."""
+        holds. `expired` (the gang plans behind the others) does not change the rule, only which of
+        the last plan's answers the incremental wrapper may reuse."""
         plan, changed, _ = self.plan_anew(gang, working)
         return plan, changed
 

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Node, Usage
 from extender.plan.planner import ClusterPlan
+from extender.pods.keys import Key
 from extender.pods.model import Entry, Gang
 
-Key = tuple[str, str]
-# Kinds whose every change can move a member's inter-pod affinity: a pod placed or gone, a claim
 # allocated (it places its pod), a node's labels.
 _AFFINITY_KINDS = frozenset({"pods", "resourceclaims", "node"})
 

@@ -10,8 +10,7 @@ from typing import Any
 from extender.pods.demand import Demand, allocated_node, demand_of
 from extender.pods.facts import PodFacts
 from extender.pods.gang import GangRef, JobSetShape, NativeGroup, gang_of
-
-Key = tuple[str, str]
+from extender.pods.keys import Key
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """A pod as every room of the extender reads it, worked out once where it enters: at the informer
 edge as the watches deliver it, and at the wire as the scheduler asks about it. Downstream code reads
-these fields; only the parsers of this room (demand, gang, eligibility, admission) open the object.
+these fields. The object itself (`obj`, `spec`) is handed only to parsers that need the whole of a
+part of it: this room's (demand, gang, eligibility, admission), an Event's involvedObject, and the
+request body digest that tells two bodies of one pod apart.
 """
 
 from __future__ import annotations
@@ -131,6 +133,6 @@ class PodFacts(NamedTuple):
 
 
 def facts_of(pod: PodFacts | dict[str, Any]) -> PodFacts:
-    """`pod` as facts: the scheduler's request and the watches hand over objects, callers inside
-    the extender hand over facts already worked out."""
+    """`pod` as facts: the wire and the watches hand over facts already worked out; tests, benchmarks
+    and the map hand over API objects."""
     return pod if isinstance(pod, PodFacts) else PodFacts.of(pod)

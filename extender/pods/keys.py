@@ -23,18 +23,11 @@ def key_of(name: str) -> Key:
     return namespace, pod
 
 
+def object_key(obj: dict[str, Any]) -> Key:
+    """Any API object's (namespace, name); cluster-scoped objects have namespace ""."""
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
 def timestamp(text: str | None) -> float:
     """An API timestamp in unix seconds; now where the object has none."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else time.time()
-
-
-def created_at(pod: dict[str, Any]) -> float:
-    return timestamp(pod["metadata"].get("creationTimestamp"))
-
-
-def priority_of(pod: dict[str, Any]) -> int:
-    return int((pod.get("spec") or {}).get("priority") or 0)
-
-
-def terminating(pod: dict[str, Any]) -> bool:
-    return bool(pod["metadata"].get("deletionTimestamp"))

@@ -32,7 +32,7 @@ from extender.plan.planner import gang_domains
 from extender.pods.demand import Demand
 from extender.pods.eligibility import eligible, selection_key, selector_matches
 from extender.pods.facts import PodFacts
-from extender.pods.keys import key_of
+from extender.pods.keys import Key, key_of
 from extender.pods.model import Gang
 from extender.pods.node_admission import (
     NONE,
@@ -46,7 +46,6 @@ from extender.pods.node_admission import (
 from extender.preempt.victim_index import CostFields, VictimIndex
 from extender.preempt.victims import EXACT_FIT_TESTS, Cost, Unit, cheapest
 
-Key = tuple[str, str]
 Slots = dict[str, int]  # node -> members placed there
 MIN_TESTS_PER_REGION = 64  # exact search in each region at least this far before the reprieve method
 # Regions where eviction makes room that one decision searches, the cheapest to empty first: like

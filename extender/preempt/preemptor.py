@@ -68,7 +68,6 @@ API_TIMEOUT_S = 10.0
 COURTESY_S = 0.001  # a decision lets requests run at least this often
 NOT_FOUND, CONFLICT = 404, 409
 DRY_RUN = "All"
-Key = tuple[str, str]
 
 
 class LeadLostError(Exception):

@@ -17,7 +17,7 @@ from dra_driver.kubelet.device_metadata import render
 from dra_driver.kubelet.repair import reconcile
 from nativedra.base.kube.names import CDI_KIND, DRIVER_NAME
 from tests.dra_driver.claims import NODE, PUBLISHED, Node, claim, new_claim
-from tests.dra_driver.test_device_metadata import objects
+from tests.dra_driver.kubelet.test_device_metadata import objects
 
 POD_CLAIM_DIR = "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu"  # pod claim `gpu`
 

@@ -19,8 +19,8 @@ from extender.plan.capacity import available
 from extender.pods.demand import Request
 from extender.preempt.preemption_plan import Budget, Decision, NoHelp, decide
 from testkit.builders import DRIVER, FRACTION
-from tests.extender.test_partners import NIC_CLASS, NIC_DRIVER, gpu_and_nic, nic_claim, nic_slice
-from tests.extender.test_preemption_plan import MATCHER, NS, Cluster, _single
+from tests.extender.cluster.test_partners import NIC_CLASS, NIC_DRIVER, gpu_and_nic, nic_claim, nic_slice
+from tests.extender.preempt.test_preemption_plan import MATCHER, NS, Cluster, _single
 
 
 def _decide(cluster: Cluster, waiting: dict[str, Any], budgets: tuple[Budget, ...] = ()) -> Decision | NoHelp:

@@ -15,7 +15,7 @@ from extender.cluster.view import ClusterView
 from extender.preempt.victim_index import VictimIndex
 from testkit import builders
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod
-from tests.extender.test_partners import nic_claim, nic_slice
+from tests.extender.cluster.test_partners import nic_claim, nic_slice
 
 NS = "ns"
 

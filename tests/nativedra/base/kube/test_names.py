@@ -9,7 +9,7 @@ import yaml
 
 from nativedra.base.kube.names import CDI_KIND, DRIVER_NAME, FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
 
-BASE = Path(__file__).resolve().parents[2] / "manifests" / "base"
+BASE = Path(__file__).resolve().parents[4] / "manifests" / "base"
 
 
 def test_the_wire_names_are_the_documented_ones() -> None:

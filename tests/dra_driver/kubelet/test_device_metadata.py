@@ -23,7 +23,7 @@ UID = "0b6f4a3e-2a41-4c4e-9a55-2f1c1d2e3f40"
 # Written by k8s.io/dynamic-resource-allocation v0.37.2's own encoder for metadata files
 # (api/metadata/install scheme, PrettySerializer, v1beta1 then v1alpha1, a newline after each:
 # what kubeletplugin/metadata.go encodeMetadataStream does) for the claim of `test_same_bytes...`.
-GO_FIXTURE = Path(__file__).parent / "data" / "device-metadata-go-v0.37.2.json"
+GO_FIXTURE = Path(__file__).parent.parent / "data" / "device-metadata-go-v0.37.2.json"
 
 
 def objects(text: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from extender.plan.config import RACK_LABEL, ExtenderConfig
 from extender.plan.decide import RETRY, Decider
 from extender.pods.gang import GANG, GANG_SIZE, NativeGroup, gang_of, may_belong_to_gang
 from testkit.builders import CREATED, DRIVER, allocated_claim, claim_template, gang_labels, pod, pod_group, racks, view
-from tests.extender.test_decide import SOON_AFTER
+from tests.extender.plan.test_decide import SOON_AFTER
 
 EIGHT = claim_template("eight", 8)
 

@@ -17,7 +17,7 @@ from dra_driver.kubelet.claim import ClaimRef
 from dra_driver.kubelet.device_status import DeviceStatusReports, device_entries
 from nativedra.base.kube.names import DRIVER_NAME
 from tests.dra_driver.claims import NODE, Node, new_claim
-from tests.dra_driver.test_cdi_edits import claim_device, mps
+from tests.dra_driver.kubelet.test_cdi_edits import claim_device, mps
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
