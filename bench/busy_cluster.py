@@ -46,6 +46,7 @@ from extender.plan.decide import Decider
 from extender.serve.app import create_app
 from nativedra.base.gcutil.collector import space_out_collections
 from testkit import builders
+from testkit.mixed_cluster import mixed_busy_cluster
 
 VERBS = ("filter", "prioritize")
 # New pod shapes, as teams bring claim templates of their own: 2-7 GPUs with a memory selector of
@@ -78,24 +79,30 @@ class Workload:
     churn: list[tuple[str, tuple[str, str]]]  # (kind, key), claim then pod, running pod by running pod
     floor_request: dict[str, Any]
     namespace: str
+    loaded_s: float = 0.0  # decoding and storing every LIST but the last, as the informers do
 
 
 LAST_LISTED = "deviceclasses"  # the kind whose LIST answers last in `run`: its answer starts the clock
 
 
-def listed(count: int, last: str | None = None) -> tuple[ClusterState, Workload, Callable[[], None]]:
+def listed(
+    count: int, last: str | None = None, *, mixed: bool = False
+) -> tuple[ClusterState, Workload, Callable[[], None]]:
     """The state after the first LIST of every kind but `last`, and what lists that one: built,
     encoded as the API answers, decoded as the informer decodes it (its `list_kind`). The builder's
-    own objects are dropped on return, so the RSS figure counts the state's objects once."""
-    cluster = builders.busy_cluster(count)
+    own objects are dropped on return, so the RSS figure counts the state's objects once. `mixed`:
+    the cluster of five products publishing the shipped defaults (`testkit.mixed_cluster`)."""
+    cluster = mixed_busy_cluster(count) if mixed else builders.busy_cluster(count)
     state = ClusterState(builders.DRIVER)
     answers = {
         kind: SimpleNamespace(data=json.dumps({"metadata": {"resourceVersion": "1"}, "items": items}))
         for kind, items in cluster.objects.items()
     }
+    started = time.perf_counter()
     for kind, answer in answers.items():
         if kind != last:
             list_kind(lambda **_: answer, state, kind)  # noqa: B023 - called at once, in this iteration
+    loaded_s = time.perf_counter() - started
     held_back = answers.pop(last) if last is not None else None
 
     def list_last() -> None:
@@ -113,6 +120,7 @@ def listed(count: int, last: str | None = None) -> tuple[ClusterState, Workload,
         ],
         floor_request={"Pod": cluster.single, "NodeNames": cluster.node_names},
         namespace=cluster.namespace,
+        loaded_s=loaded_s,
     )
     return state, workload, list_last
 
@@ -259,12 +267,12 @@ class Figures:
         return report(f"{self.count} nodes: {label}", timing, self.floor, FLOOR, extra)
 
 
-def run(count: int, bounds: Bounds, say: Callable[[str], object] = print) -> dict[str, Any]:
+def run(count: int, bounds: Bounds, say: Callable[[str], object] = print, *, mixed: bool = False) -> dict[str, Any]:
     """The figures of one size, each line handed to `say` as it is measured. Order matters: cold
     calls first, the burst last."""
     space_out_collections()  # as the extender's process does (extender.cli)
     bare_mib = _rss_mib()
-    state, workload, list_last = listed(count, LAST_LISTED)
+    state, workload, list_last = listed(count, LAST_LISTED, mixed=mixed)
     floor = measure(lambda: json.loads(json.dumps(workload.floor_request)), bounds.calls)
     figures = Figures(count, floor)
     say(figures.add("floor", f"{FLOOR} of the {count}-node request body (the floor)", floor))
@@ -276,15 +284,17 @@ def run(count: int, bounds: Bounds, say: Callable[[str], object] = print) -> dic
             time.sleep(0.01)
         ready = Timing((time.perf_counter() - started,))
         say(figures.add("ready", f"server start and the last LIST ({LAST_LISTED}) until /readyz answers 200", ready))
+        every_list = Timing((workload.loaded_s + ready.samples_s[0],))
+        say(figures.add("list_to_ready", "every LIST's bytes decoded and stored until /readyz answers 200", every_list))
         for verb in VERBS:
             first = measure(partial(client.call, verb, workload.bodies["single"]), 1)
             say(figures.add(f"first_{verb}", f"{verb}, 1-GPU pod, first call once ready", first))
         changes = Changes(state, workload.churn)
-        mixed = Changes(state, workload.churn, usage_share=USAGE_SHARE)
+        usage_changes = Changes(state, workload.churn, usage_share=USAGE_SHARE)
         labels = {"plain": "pod without claims", "single": "1-GPU pod", "member": "gang member 16x8 GPUs/rack"}
         mixes = {
             "": (changes, "1 watch event before each (status only)"),
-            "_usage": (mixed, f"1 watch event before each ({USAGE_SHARE:.0%} free or take a GPU)"),
+            "_usage": (usage_changes, f"1 watch event before each ({USAGE_SHARE:.0%} free or take a GPU)"),
         }
         for suffix, (stream, event_label) in mixes.items():
             for shape, label in labels.items():
@@ -319,8 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=200, help="calls per figure at most")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds per figure before it stops early")
     parser.add_argument("--json", type=Path, required=True, help="where to write the figures")
+    parser.add_argument(
+        "--mixed", action="store_true", help="five GPU products publishing the shipped defaults (testkit.mixed_cluster)"
+    )
     args = parser.parse_args(argv)
-    document = run(args.nodes, Bounds(args.calls, args.budget), lambda line: print(line, flush=True))
+    document = run(args.nodes, Bounds(args.calls, args.budget), lambda line: print(line, flush=True), mixed=args.mixed)
     args.json.write_text(json.dumps(document, indent=2) + "\n")
     return 0
 

@@ -34,11 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.timing import Timing, measure, write_results
-from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.publishing.publish_config import PublishConfig
-from dra_driver.publishing.slices import build_slices
 from extender.cluster.state import ClusterState
-from extender.plan.config import RACK_LABEL, ExtenderConfig
+from extender.plan.config import ExtenderConfig
 from extender.plan.decide import Decider
 from extender.pods.demand import demand_of
 from extender.preempt.preemption_plan import Decision, Occupancy, decide, pod_preemptor
@@ -46,36 +43,19 @@ from extender.preempt.preemptor import STEP_EVERY_S, _courteous
 from extender.preempt.victim_index import VictimIndex
 from nativedra.base.gcutil.collector import freeze_survivors, space_out_collections
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod
+from testkit.mixed_cluster import ALLOCATABLE, PLACEHOLDER, PRIORITIES, PRODUCTS, node_labels, product_slices
 
-PRODUCTS = ("a100-8x", "h100-8x", "h200-8x", "l4-4x", "mi300x-8x")
-RACK_SIZE = 16
-RACKS_PER_ZONE = 25
-PRIORITIES = (0, 10, 100)
 PREEMPTOR_PRIORITY = 1000
 DECISIONS = 60
 FILTER_CALLS = 300
 FILTER_EVERY_S = 0.02  # the scheduler's calls for other pods, between two of which a watch event arrives
 NAMESPACE = "busy"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-ALLOCATABLE = {"cpu": "192", "memory": "2Ti", "pods": "110"}
-PLACEHOLDER = "@node@"
-
-
-def _product_slices(profile: str) -> tuple[str, int]:
-    """The product's slices for a placeholder node, as JSON text to stamp a node's name into, and its GPUs."""
-    inventory = load_profile(resolve_profile(profile))
-    specs = build_slices(inventory, PublishConfig(), PLACEHOLDER)
-    slices = []
-    for index, spec in enumerate(specs):
-        spec["pool"]["generation"] = 1
-        slices.append({"metadata": {"name": f"{PLACEHOLDER}-slice-{index}"}, "spec": spec})
-    return json.dumps(slices), len(inventory.gpus)
 
 
 def cluster(count: int, seed: int = 1) -> tuple[dict[str, list[dict[str, Any]]], list[tuple[str, str]]]:
     """Every kind's objects, and the (pod, claim) names of the running pods."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible cluster, not a secret
-    products = {profile: _product_slices(profile) for profile in PRODUCTS}
+    products = {profile: product_slices(profile) for profile in PRODUCTS}
     one = claim_template("one", 1, namespace=NAMESPACE)
     eight = claim_template("eight", 8, namespace=NAMESPACE)
     nodes: list[dict[str, Any]] = []
@@ -87,13 +67,7 @@ def cluster(count: int, seed: int = 1) -> tuple[dict[str, list[dict[str, Any]]],
         name = f"n{index:05d}"
         profile = PRODUCTS[index % len(PRODUCTS)]
         text, gpus = products[profile]
-        rack = index // RACK_SIZE
-        labels = {
-            "kubernetes.io/hostname": name,
-            RACK_LABEL: f"rack-{rack:04d}",
-            ZONE_LABEL: f"zone-{rack // RACKS_PER_ZONE}",
-            "nativedra.dev/product": profile,
-        }
+        labels = node_labels(name, index, profile)
         nodes.append({"metadata": {"name": name, "labels": labels}, "status": {"allocatable": dict(ALLOCATABLE)}})
         slices.extend(json.loads(text.replace(PLACEHOLDER, name)))
         for gpu in rng.sample(range(gpus), rng.randint(1, gpus)):

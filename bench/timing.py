@@ -38,7 +38,13 @@ class Timing:
     def figures(self, baseline: Timing) -> dict[str, Any]:
         """The timing for a results file, with the ratio `report` prints (p50 over the baseline's p50)."""
         ratio = self.p50_ms / baseline.p50_ms if baseline.p50_ms else None
-        return {"p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "samples": len(self.samples_s), "ratio": ratio}
+        return {
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "max_ms": self.max_ms,
+            "samples": len(self.samples_s),
+            "ratio": ratio,
+        }
 
 
 def measure(

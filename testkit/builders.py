@@ -267,7 +267,7 @@ def claimed_pod(
     return member, claim
 
 
-def _bound(member: dict[str, Any], claim: dict[str, Any], node: str, devices: list[str]) -> None:
+def bind_to_node(member: dict[str, Any], claim: dict[str, Any], node: str, devices: list[str]) -> None:
     """`member` bound to `node` and running, its claim allocated there and reserved for it."""
     member["spec"]["nodeName"] = node
     member["status"]["phase"] = "Running"
@@ -292,12 +292,12 @@ def busy_cluster(
     for index, node in enumerate(names[:gang_nodes]):
         labels = gang_labels(f"bound-{index // 8}", 8, RACK_LABEL)
         pairs.append(claimed_pod(f"bound-{index // 8}-{index % 8}", eight, namespace, labels=labels))
-        _bound(*pairs[-1], node, gpus)
+        bind_to_node(*pairs[-1], node, gpus)
     running = []
     for node in names[gang_nodes : gang_nodes + round(count * 0.7)]:
         for gpu in gpus:
             running.append(claimed_pod(f"{node}-{gpu}", one, namespace))
-            _bound(*running[-1], node, [gpu])
+            bind_to_node(*running[-1], node, [gpu])
     pairs.extend(running)
     for gang in range(pending_gangs):
         labels = gang_labels(f"pending-{gang:02d}", pending_gang_size, RACK_LABEL)
