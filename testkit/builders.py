@@ -299,25 +299,50 @@ def busy_cluster(
             running.append(claimed_pod(f"{node}-{gpu}", one, namespace))
             bind_to_node(*running[-1], node, [gpu])
     pairs.extend(running)
+    listed = {"nodes": nodes, "resourceslices": slices, "resourceclaimtemplates": [one, eight]}
+    return with_pending_gangs(
+        listed,
+        pairs,
+        running,
+        names=names,
+        pending_gangs=pending_gangs,
+        pending_gang_size=pending_gang_size,
+        namespace=namespace,
+    )
+
+
+def with_pending_gangs(
+    listed: dict[str, list[dict[str, Any]]],
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    running: list[tuple[dict[str, Any], dict[str, Any]]],
+    *,
+    names: list[str],
+    pending_gangs: int,
+    pending_gang_size: int,
+    namespace: str,
+) -> BusyCluster:
+    """A busy cluster of `listed` objects (nodes, slices, templates: "one" and "eight" first, and
+    the classes beside GPU_CLASS) and bound `pairs`, once `pending_gangs` gangs of
+    `pending_gang_size` pods x 8 GPUs that require one rack wait, and a 1-GPU pod is pending."""
+    one, eight = listed["resourceclaimtemplates"][:2]
+    pairs = list(pairs)
     for gang in range(pending_gangs):
         labels = gang_labels(f"pending-{gang:02d}", pending_gang_size, RACK_LABEL)
         pairs.extend(
             claimed_pod(f"pending-{gang:02d}-{i:02d}", eight, namespace, labels=labels)
             for i in range(pending_gang_size)
         )
-    member = pairs[-pending_gangs * pending_gang_size][0]
+    member = pairs[-pending_gangs * pending_gang_size][0] if pending_gangs else pairs[-1][0]
     pairs.append(claimed_pod("single", one, namespace))
     return BusyCluster(
         objects={
-            "nodes": nodes,
-            "resourceslices": slices,
+            "deviceclasses": [GPU_CLASS],
+            **listed,
             "pods": [p for p, _ in pairs],
             "resourceclaims": [c for _, c in pairs],
-            "resourceclaimtemplates": [one, eight],
-            "deviceclasses": [GPU_CLASS],
             "podgroups": [],
             "jobsets": [],
-        },
+        },  # the classes first: their LIST is the one a benchmark may hold back to start its clock
         node_names=names,
         plain=pod("plain", namespace=namespace, created=CREATED),
         single=pairs[-1][0],

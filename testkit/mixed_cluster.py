@@ -18,7 +18,6 @@ from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import build_slices
 from extender.plan.config import RACK_LABEL
 from testkit.builders import (
-    CREATED,
     FRACTION_CLASS,
     GPU_CLASS,
     BusyCluster,
@@ -26,7 +25,7 @@ from testkit.builders import (
     claim_template,
     claimed_pod,
     gang_labels,
-    pod,
+    with_pending_gangs,
 )
 
 PRODUCTS = ("a100-8x", "h100-8x", "h200-8x", "l4-4x", "mi300x-8x")
@@ -116,29 +115,18 @@ def mixed_busy_cluster(
             bind_to_node(*pairs[-1], node, [f"gpu-{gpu}-1of2-0"])
             _running(pairs[-1][0], rng)
     pairs.extend(running)
-    for gang in range(pending_gangs):
-        labels = gang_labels(f"pending-{gang:02d}", pending_gang_size, RACK_LABEL)
-        pairs.extend(
-            claimed_pod(f"pending-{gang:02d}-{i:02d}", eight, namespace, labels=labels)
-            for i in range(pending_gang_size)
-        )
-    member = pairs[-pending_gangs * pending_gang_size][0] if pending_gangs else pairs[-1][0]
-    pairs.append(claimed_pod("single", one, namespace))
-    return BusyCluster(
-        objects={
-            "nodes": nodes,
-            "resourceslices": slices,
-            "pods": [p for p, _ in pairs],
-            "resourceclaims": [c for _, c in pairs],
-            "resourceclaimtemplates": [one, eight, half],
-            "deviceclasses": [GPU_CLASS, FRACTION_CLASS],
-            "podgroups": [],
-            "jobsets": [],
-        },
-        node_names=names,
-        plain=pod("plain", namespace=namespace, created=CREATED),
-        single=pairs[-1][0],
-        member=member,
-        running=running,
+    listed = {
+        "nodes": nodes,
+        "resourceslices": slices,
+        "resourceclaimtemplates": [one, eight, half],
+        "deviceclasses": [GPU_CLASS, FRACTION_CLASS],
+    }
+    return with_pending_gangs(
+        listed,
+        pairs,
+        running,
+        names=names,
+        pending_gangs=pending_gangs,
+        pending_gang_size=pending_gang_size,
         namespace=namespace,
     )
