@@ -291,7 +291,7 @@ def run(count: int, bounds: Bounds, say: Callable[[str], object] = print, *, mix
             say(figures.add(f"first_{verb}", f"{verb}, 1-GPU pod, first call once ready", first))
         changes = Changes(state, workload.churn)
         usage_changes = Changes(state, workload.churn, usage_share=USAGE_SHARE)
-        labels = {"plain": "pod without claims", "single": "1-GPU pod", "member": "gang member 16x8 GPUs/rack"}
+        labels = {"plain": "pod without claims", "single": "1-GPU pod", "member": "gang member (a pending rack gang)"}
         mixes = {
             "": (changes, "1 watch event before each (status only)"),
             "_usage": (usage_changes, f"1 watch event before each ({USAGE_SHARE:.0%} free or take a GPU)"),
