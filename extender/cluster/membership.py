@@ -12,34 +12,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from extender.cluster.view import ClusterView
+from extender.pods.asked import GangSources
 from extender.pods.demand import allocated_node, demand_of
 from extender.pods.eligibility import PlacedPods
 from extender.pods.facts import PodFacts
-from extender.pods.gang import JobSetShape, NativeGroup, gang_of
+from extender.pods.gang import gang_of
 from extender.pods.keys import Key, pod_key
 from extender.pods.model import Entry, Gang, Member
 
 Dependency = tuple[str, Key]  # ("resourceclaims" | "resourceclaimtemplates", (namespace, name))
 
 
-@dataclass(frozen=True)
-class GangSources:
-    """What decides a pod's gang and demand besides the pod and its claims; equal sources give
-    equal members, so members are worked out again only when these change by value."""
-
-    classes: dict[str, dict[str, Any]]
-    jobsets: dict[Key, JobSetShape]
-    pod_group_min: dict[Key, int]
-    native_groups: dict[Key, NativeGroup] | None
-    driver: str
-
-    @classmethod
-    def of(cls, view: ClusterView, driver: str) -> GangSources:
-        return cls(view.classes, view.jobsets, view.pod_group_min, view.native_groups, driver)
+def sources_of(view: ClusterView, driver: str) -> GangSources:
+    return GangSources(view.classes, view.jobsets, view.pod_group_min, view.native_groups, driver)
 
 
 def node_of(pod: PodFacts, claims: Mapping[Key, dict[str, Any]], driver: str) -> str | None:

@@ -19,10 +19,11 @@ from typing import Any
 
 from extender.cluster.device_index import DeviceIndex
 from extender.cluster.journal import Change, Journal
-from extender.cluster.membership import GangSources, MemberIndex
+from extender.cluster.membership import MemberIndex
 from extender.cluster.node_room import NodeRoom
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import share_values
+from extender.pods.asked import GangSources
 from extender.pods.facts import PodFacts
 from extender.pods.gang import JobSetShape, NativeGroup
 from extender.pods.keys import Key, object_key

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from extender.cluster.lag import Unwatched
-from extender.cluster.membership import GangSources, entries_of, gangs_of, placed_pods, work_out
+from extender.cluster.membership import entries_of, gangs_of, placed_pods, sources_of, work_out
 from extender.cluster.view import ClusterView
 from extender.plan.capacity import Matcher
 from extender.plan.config import ExtenderConfig
@@ -68,7 +68,7 @@ class CurrentPlan:
     def gangs(self, view: ClusterView, extra: PodFacts | dict[str, Any] | None = None) -> list[Gang]:
         """Every gang with its members as the view holds them, with the gang pods the scheduler asked
         about before the watches delivered them (`extra` among them)."""
-        sources = GangSources.of(view, self.config.driver)
+        sources = sources_of(view, self.config.driver)
         asked = self.unwatched.pods(view) + ([facts_of(extra)] if extra is not None else [])
         extras = [work_out(pod, view.claims, view.templates, sources) for pod in asked]
         return gangs_of(entries_of(view, sources), extras, self._placed_pods(view) if affinity_matters(view) else None)
@@ -85,7 +85,7 @@ class CurrentPlan:
         """The plan of every gang at this view. `pod` is the pod being asked about: one that may
         join a gang is planned with its gang even before the watches deliver it; any other pod
         changes no gang's plan, so it is left out (and one plan answers every such pod)."""
-        asked = pod if pod is None or isinstance(pod, PodFacts) else PodFacts.of(pod)
+        asked = None if pod is None else facts_of(pod)
         extra = asked if asked is not None and asked.may_join_gang else None
         inputs = PlanInputs(None if extra is None else _body(view, extra), self.unwatched.note(view, extra, now))
         found = self._answers(self.snapshot, view, inputs, now)

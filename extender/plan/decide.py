@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cluster.membership import node_of
+from extender.cluster.membership import node_of, sources_of
 from extender.cluster.reservation import Reservation
 from extender.cluster.view import ClusterView
 from extender.devices.cel_eval import Selectors
@@ -23,7 +23,7 @@ from extender.plan.in_flight import InFlight, complete_offer
 from extender.plan.node_groups import NodeGroups
 from extender.plan.planner import ClusterPlan
 from extender.plan.scoring import score
-from extender.pods.asked import Asked, Sources, ask
+from extender.pods.asked import Asked, ask
 from extender.pods.demand import Demand
 from extender.pods.facts import PodFacts, facts_of
 from extender.pods.gang import NATIVE, GangRef
@@ -118,17 +118,7 @@ class Decider:
 
     def _ask(self, view: ClusterView, pod: PodFacts | dict[str, Any]) -> Asked:
         """The asked pod's gang, demand and placement, in one pass over what the view holds."""
-        facts = pod if isinstance(pod, PodFacts) else PodFacts.of(pod)
-        sources = Sources(
-            view.claims,
-            view.templates,
-            view.classes,
-            view.jobsets,
-            view.pod_group_min,
-            view.native_groups,
-            self.config.driver,
-        )
-        return ask(facts, sources)
+        return ask(pod, view.claims, view.templates, sources_of(view, self.config.driver))
 
     def filter(
         self, view: ClusterView, asked: PodFacts | dict[str, Any], names: list[str], now: float | None = None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.pods.demand import Demand, allocated_node, demand_of
-from extender.pods.facts import PodFacts
+from extender.pods.facts import PodFacts, facts_of
 from extender.pods.gang import GangRef, JobSetShape, NativeGroup, gang_of
 from extender.pods.keys import Key
 
@@ -22,23 +22,28 @@ class Asked:
 
 
 @dataclass(frozen=True)
-class Sources:
-    """What decides an asked pod's gang and demand besides the pod (a view's mappings)."""
+class GangSources:
+    """What decides a pod's gang and demand besides the pod and its claims; equal sources give
+    equal members, so members are worked out again only when these change by value."""
 
-    claims: Mapping[Key, dict[str, Any]]
-    templates: Mapping[Key, dict[str, Any]]
-    classes: Mapping[str, dict[str, Any]]
-    jobsets: Mapping[Key, JobSetShape]
-    pod_group_min: Mapping[Key, int]
-    native_groups: Mapping[Key, NativeGroup] | None
+    classes: dict[str, dict[str, Any]]
+    jobsets: dict[Key, JobSetShape]
+    pod_group_min: dict[Key, int]
+    native_groups: dict[Key, NativeGroup] | None
     driver: str
 
 
-def ask(pod: PodFacts, sources: Sources) -> Asked:
-    read = pod.read_claims()
+def ask(
+    pod: PodFacts | dict[str, Any],
+    claims: Mapping[Key, dict[str, Any]],
+    templates: Mapping[Key, dict[str, Any]],
+    sources: GangSources,
+) -> Asked:
+    facts = facts_of(pod)
+    read = facts.read_claims()
     return Asked(
-        pod,
-        gang_of(pod.obj, sources.jobsets, sources.pod_group_min, sources.native_groups),
-        demand_of(pod, sources.claims, sources.templates, sources.classes, sources.driver, read=read),
-        allocated_node(pod, sources.claims, sources.driver, read),
+        facts,
+        gang_of(facts.obj, sources.jobsets, sources.pod_group_min, sources.native_groups),
+        demand_of(facts, claims, templates, sources.classes, sources.driver, read=read),
+        allocated_node(facts, claims, sources.driver, read),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.cluster.membership import GangSources, dependencies, work_out
+from extender.cluster.membership import dependencies, sources_of, work_out
 from extender.cluster.view import ClusterView
 from extender.pods.facts import PodFacts
 from extender.pods.model import Entry
@@ -16,7 +16,7 @@ Key = tuple[str, str]
 
 
 def _from_scratch(view: ClusterView) -> dict[Key, Entry]:
-    sources = GangSources.of(view, DRIVER)
+    sources = sources_of(view, DRIVER)
     return {
         key: work_out(pod, view.claims, view.templates, sources) for key, pod in view.pods.items() if pod.may_join_gang
     }

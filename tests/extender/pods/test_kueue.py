@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from extender.cluster.membership import GangSources, work_out
+from extender.cluster.membership import work_out
 from extender.devices.node_usage import Usage
 from extender.plan.config import ExtenderConfig
 from extender.plan.decide import Decider
+from extender.pods.asked import GangSources
 from extender.pods.facts import PodFacts
 from extender.pods.gang import KUEUE_REQUIRED
 from extender.pods.kueue import (
