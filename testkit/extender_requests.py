@@ -42,6 +42,13 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
         request_body(request_pod(), NodeNames=["n1", "nX"]).replace(b"nX", b"n\xff"),
         "NodeNames.1",
     ),
+    "priority as text": (request_body(request_pod(spec={"priority": "high"})), "Pod.spec.priority"),
+    "an extended resource that is no quantity": (
+        request_body(
+            request_pod(spec={"containers": [{"name": "c", "resources": {"limits": {"example.com/gpu": "lots"}}}]})
+        ),
+        "Pod': container 'c', resource 'example.com/gpu'",
+    ),
     "100k-deep nesting": (DEEP, "nests deeper than"),
     "gang pod in phase Failed": (
         request_body(

@@ -67,6 +67,7 @@ class _PodClaim(_Shape):
 
 class _PodSpec(_Shape):
     resource_claims: list[_PodClaim] | None = None
+    priority: int | None = None
     node_selector: dict[Text, Text] | None = None
     affinity: dict[Text, Any] | None = None
     tolerations: list[dict[Text, Any]] | None = None

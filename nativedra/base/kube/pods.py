@@ -39,7 +39,14 @@ def extended_resources(pod: dict[str, Any]) -> dict[str, int]:
     def asked(container: dict[str, Any]) -> dict[str, int]:
         resources = container.get("resources") or {}
         merged = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
-        return {name: int(quantity(value)) for name, value in merged.items() if _extended(name)}
+        found = {}
+        for name, value in merged.items():
+            if _extended(name):
+                try:
+                    found[name] = int(quantity(value))
+                except ValueError as error:
+                    raise ValueError(f"container {container.get('name')!r}, resource {name!r}: {error}") from None
+        return found
 
     total: dict[str, int] = {}
     for container in spec.get("containers") or []:
