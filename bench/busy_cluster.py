@@ -35,11 +35,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import uvicorn
 from fastapi import FastAPI
 
 from bench.timing import Timing, measure, report
-from extender.cluster.informer import list_kind
+from extender.cluster.informer import LIST_PAGE, list_kind
 from extender.cluster.state import ClusterState
 from extender.plan.config import ExtenderConfig
 from extender.plan.decide import Decider
@@ -94,20 +95,17 @@ def listed(
     the cluster of five products publishing the shipped defaults (`testkit.mixed_cluster`)."""
     cluster = mixed_busy_cluster(count) if mixed else builders.busy_cluster(count)
     state = ClusterState(builders.DRIVER)
-    answers = {
-        kind: SimpleNamespace(data=json.dumps({"metadata": {"resourceVersion": "1"}, "items": items}))
-        for kind, items in cluster.objects.items()
-    }
+    answers = {kind: _pages(items) for kind, items in cluster.objects.items()}
     started = time.perf_counter()
-    for kind, answer in answers.items():
+    for kind, pages in answers.items():
         if kind != last:
-            list_kind(lambda **_: answer, state, kind)  # noqa: B023 - called at once, in this iteration
+            list_kind(_lister(pages), state, kind)
     loaded_s = time.perf_counter() - started
     held_back = answers.pop(last) if last is not None else None
 
     def list_last() -> None:
         if held_back is not None:
-            list_kind(lambda **_: held_back, state, str(last))
+            list_kind(_lister(held_back), state, str(last))
 
     shapes = {"plain": cluster.plain, "single": cluster.single, "member": cluster.member}
     workload = Workload(
@@ -123,6 +121,26 @@ def listed(
         loaded_s=loaded_s,
     )
     return state, workload, list_last
+
+
+def _pages(items: list[dict[str, Any]]) -> list[bytes]:
+    """A LIST's answers as the API server sends them when asked LIST_PAGE at a time: compact JSON,
+    each page but the last with a continue token (its index here)."""
+    pages = [items[start : start + LIST_PAGE] for start in range(0, len(items), LIST_PAGE)] or [[]]
+    return [
+        orjson.dumps(
+            {
+                "metadata": {"resourceVersion": "1", "continue": str(index + 1) if index + 1 < len(pages) else ""},
+                "items": page,
+            }
+        )
+        for index, page in enumerate(pages)
+    ]
+
+
+def _lister(pages: list[bytes]) -> Callable[..., Any]:
+    """What `list_kind` calls: the page its continue token names."""
+    return lambda **kwargs: SimpleNamespace(data=pages[int(kwargs.get("_continue") or 0)])
 
 
 def _body(pod: dict[str, Any], names: list[str]) -> bytes:
@@ -320,6 +338,7 @@ def run(count: int, bounds: Bounds, say: Callable[[str], object] = print, *, mix
         f"the same process before the LIST ({bare_mib:.0f} MiB: interpreter, extender and uvicorn loaded)"
     )
     figures.document["objects"] = {kind: len(items) for kind, items in state.objects.items()}
+    figures.document["objects"]["resourceslices"] = len(state.slices)
     return figures.document
 
 

@@ -15,7 +15,8 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import build_slices
 from extender.cluster.view import ClusterView
-from extender.devices.node_usage import Node, Usage, nodes_from, usage_from
+from extender.devices.node_usage import Node, Usage, usage_from
+from extender.devices.slices import nodes_from
 from extender.plan.config import RACK_LABEL
 from extender.pods.facts import PodFacts
 from extender.pods.gang import GANG, GANG_SIZE, TOPOLOGY_REQUIRED, JobSetShape, NativeGroup

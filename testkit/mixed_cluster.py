@@ -35,18 +35,23 @@ PRIORITIES = (0, 10, 100)
 ZONE_LABEL = "topology.kubernetes.io/zone"
 ALLOCATABLE = {"cpu": "192", "memory": "2Ti", "pods": "110"}
 PLACEHOLDER = "@node@"
+SERIAL = "@serial@"  # the first 8 hex digits of each GPU's UUID: no two nodes' GPUs share a UUID
 FRACTIONAL_SHARE = 0.2  # of the busy nodes, those where one free GPU holds a half-GPU pod
 
 
 def product_slices(profile: str) -> tuple[str, int]:
-    """The product's slices for a placeholder node, as JSON text to stamp a node's name into, and its GPUs."""
+    """The product's slices for a placeholder node, as JSON text to stamp a node's name and its
+    GPUs' serial into, and its GPUs."""
     inventory = load_profile(resolve_profile(profile))
     specs = build_slices(inventory, PublishConfig(), PLACEHOLDER)
     slices = []
     for index, spec in enumerate(specs):
         spec["pool"]["generation"] = 1
         slices.append({"metadata": {"name": f"{PLACEHOLDER}-slice-{index}"}, "spec": spec})
-    return json.dumps(slices), len(inventory.gpus)
+    text = json.dumps(slices)
+    for gpu in inventory.gpus:  # "GPU-" and 8 hex digits, then the rest of the UUID
+        text = text.replace(gpu.uuid, f"GPU-{SERIAL}{gpu.uuid[12:]}")
+    return text, len(inventory.gpus)
 
 
 def node_labels(name: str, index: int, profile: str) -> dict[str, str]:
@@ -89,7 +94,7 @@ def mixed_busy_cluster(
         text, gpus = products[profile]
         nodes.append({"metadata": {"name": name, "labels": node_labels(name, index, profile)}})
         nodes[-1]["status"] = {"allocatable": dict(ALLOCATABLE)}
-        slices.extend(json.loads(text.replace(PLACEHOLDER, name)))
+        slices.extend(json.loads(text.replace(PLACEHOLDER, name).replace(SERIAL, f"{index:08x}")))
         gpus_of[name] = gpus
         if gpus == 8:
             eight_gpu_nodes.append(name)

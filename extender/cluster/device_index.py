@@ -13,16 +13,9 @@ from typing import Any
 
 from extender.cluster.journal import Journal
 from extender.cluster.reservation import Reservation, ReservationError, from_lease
-from extender.devices.node_usage import (
-    Allocated,
-    Node,
-    Usage,
-    allocated_results,
-    nodes_from,
-    published_digest,
-    usage_of,
-)
-from extender.pods.keys import Key, object_key
+from extender.devices.node_usage import Allocated, Node, Usage, allocated_results, usage_of
+from extender.devices.slices import PublishedSlice, nodes_from
+from extender.pods.keys import Key
 from nativedra.base.gcutil.collector import built_in_bulk
 
 log = logging.getLogger(__name__)
@@ -55,9 +48,9 @@ class PartnerPools:
             found |= self._claims.get(pool, set())
         return found
 
-    def place(self, node: str, slices: list[dict[str, Any]]) -> None:
+    def place(self, node: str, slices: list[PublishedSlice]) -> None:
         """Remember which other drivers' pools `node`'s slices publish."""
-        pools = {(s["spec"].get("driver", ""), s["spec"]["pool"]["name"]) for s in slices}
+        pools = {(s.driver, s.pool) for s in slices}
         pools = {pool for pool in pools if pool[0] != self.driver}
         for pool in self._pools_of.pop(node, set()) - pools:
             if self._node_of.get(pool) == node:
@@ -76,8 +69,7 @@ class DeviceIndex:
         self.driver = driver
         self._nodes: dict[str, Node] = {}
         self._usage: dict[str, Usage] = {}
-        self._slices_by_node: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
-        self._slice_digests: dict[Key, bytes] = {}  # `published_digest` of each of our slices, made as it arrived
+        self._slices_by_node: dict[str, dict[Key, PublishedSlice]] = defaultdict(dict)
         self._claims_by_node: dict[str, set[Key]] = defaultdict(set)
         self._claim_results: dict[Key, tuple[Allocated, ...]] = {}  # allocated claims' `allocated_results`
         self._partners = PartnerPools(driver)
@@ -96,17 +88,12 @@ class DeviceIndex:
     def node_touched(self, name: str) -> None:
         self._dirty_nodes.add(name)
 
-    def slice_touched(self, key: Key, obj: dict[str, Any], stored: bool) -> None:
-        node = (obj.get("spec") or {}).get("nodeName") or ""
-        # An object leaving takes its digest along; only our slices make node models.
+    def slice_touched(self, key: Key, published: PublishedSlice, stored: bool) -> None:
         if stored:
-            self._slices_by_node[node][key] = obj
-            if (obj.get("spec") or {}).get("driver") == self.driver:
-                self._slice_digests[key] = published_digest(obj)
+            self._slices_by_node[published.node][key] = published
         else:
-            self._slices_by_node[node].pop(key, None)
-            self._slice_digests.pop(key, None)
-        self._dirty_nodes.add(node)
+            self._slices_by_node[published.node].pop(key, None)
+        self._dirty_nodes.add(published.node)
 
     def claim_touched(self, key: Key, obj: dict[str, Any], stored: bool) -> None:
         # An object leaving takes along what was read of it when it arrived.
@@ -166,7 +153,7 @@ class DeviceIndex:
                     nodes[name] = usage[name] = None
                 continue
             slices = list(self._slices_by_node[name].values())
-            nodes.update(nodes_from([node_object], slices, self.driver, lambda s: self._slice_digests[object_key(s)]))
+            nodes.update(nodes_from([node_object], slices, self.driver))
             self._partners.place(name, slices)
             self._dirty_usage.add(name)
         self._dirty_nodes.clear()

@@ -22,7 +22,7 @@ from extender.cluster.journal import Change, Journal
 from extender.cluster.membership import MemberIndex
 from extender.cluster.node_room import NodeRoom
 from extender.cluster.view import ClusterView
-from extender.devices.node_usage import share_values
+from extender.devices.slices import PublishedSlice, SliceError, published_slice
 from extender.pods.asked import GangSources
 from extender.pods.facts import PodFacts
 from extender.pods.gang import JobSetShape, NativeGroup
@@ -33,6 +33,7 @@ from nativedra.base.gcutil.collector import freeze_survivors
 log = logging.getLogger(__name__)
 NATIVE_KINDS = ("nativepodgroups", "nativepodgroups-v1alpha2")
 JOURNALED = frozenset({"pods", "resourceclaims", "resourceclaimtemplates"})
+SLICES = "resourceslices"
 
 
 class ClusterState:
@@ -59,7 +60,9 @@ class ClusterState:
         self.driver = driver
         self.lock = threading.RLock()
         self.version = 0
-        self.objects: dict[str, dict[Key, dict[str, Any]]] = {kind: {} for kind in self.KINDS}
+        self.objects: dict[str, dict[Key, dict[str, Any]]] = {kind: {} for kind in self.KINDS if kind != SLICES}
+        # ResourceSlices are kept as read (extender.devices.slices), never as dicts.
+        self.slices: dict[Key, PublishedSlice] = {}
         self._synced: set[str] = set()
         self._absent: set[str] = set()  # optional kinds the API does not serve (or lets us read)
         # The native PodGroups as the planner reads them, kept until one changes.
@@ -94,6 +97,9 @@ class ClusterState:
     # -- updates -------------------------------------------------------------------------------
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+        if kind == SLICES:
+            self.replace_slices([kept for item in items if (kept := _read_slice(item)) is not None])
+            return
         with self.lock:
             self._absent.discard(kind)
             if kind in NATIVE_KINDS:
@@ -110,6 +116,40 @@ class ClusterState:
             self.version += 1
             self._journal.restart(self.version)  # a whole kind replaced: readers look at everything
 
+    def replace_slices(self, items: list[PublishedSlice]) -> None:
+        with self.lock:
+            for key in list(self.slices):
+                self._forget_slice(key)
+            for item in items:
+                self._store_slice(item)
+            self._synced.add(SLICES)
+            self.version += 1
+            self._journal.restart(self.version)
+
+    def apply_slice(self, event: str, key: Key, published: PublishedSlice | None) -> None:
+        """A watch event of slice `key`: `published` is the slice read, None when it could not be
+        read (its devices are forgotten rather than planned with as they were)."""
+        with self.lock:
+            if event == "DELETED" or published is None:
+                self._forget_slice(key)
+            else:
+                self._store_slice(published)
+            self._event_applied()
+
+    def _store_slice(self, published: PublishedSlice) -> None:
+        old = self.slices.get(published.key)
+        self.slices[published.key] = published
+        self._changed(SLICES, published.key)
+        if old is not None:
+            self._devices.slice_touched(old.key, old, stored=False)
+        self._devices.slice_touched(published.key, published, stored=True)
+
+    def _forget_slice(self, key: Key) -> None:
+        old = self.slices.pop(key, None)
+        if old is not None:
+            self._changed(SLICES, key)
+            self._devices.slice_touched(key, old, stored=False)
+
     def absent(self, kind: str) -> bool:
         """The API does not serve optional `kind` (its CRD is not installed, its feature gate is
         off): it has no objects, and any seen before it went away are gone with it. True when it
@@ -121,6 +161,9 @@ class ClusterState:
             return newly
 
     def apply(self, event: str, kind: str, obj: dict[str, Any]) -> None:
+        if kind == SLICES:
+            self.apply_slice(event, object_key(obj), None if event == "DELETED" else _read_slice(obj))
+            return
         with self.lock:
             if event == "DELETED":
                 self._forget(kind, object_key(obj))
@@ -128,14 +171,17 @@ class ClusterState:
                 self._store(kind, obj)
             if kind == "pods":
                 self._room.account(object_key(obj), None if event == "DELETED" else obj)
-            self.version += 1
-            self._since_freeze += 1
-            if self._since_freeze >= self.REFREEZE_EVENTS and not self.missing():
-                # Objects from watch events live until replaced, like the listed ones: a full
-                # collection walking all of them stalled a call for up to 280 ms at 5,000 nodes.
-                # Only what arrived since the last freeze is collected, then frozen (nativedra.base.gcutil.collector).
-                freeze_survivors()
-                self._since_freeze = 0
+            self._event_applied()
+
+    def _event_applied(self) -> None:
+        self.version += 1
+        self._since_freeze += 1
+        if self._since_freeze >= self.REFREEZE_EVENTS and not self.missing():
+            # Objects from watch events live until replaced, like the listed ones: a full
+            # collection walking all of them stalled a call for up to 280 ms at 5,000 nodes.
+            # Only what arrived since the last freeze is collected, then frozen (nativedra.base.gcutil.collector).
+            freeze_survivors()
+            self._since_freeze = 0
 
     def node_room(self) -> tuple[dict[str, NodeAdmission], dict[str, Requests]]:
         """Each node's admission facts and what the pods bound there ask, all pods counted."""
@@ -168,8 +214,6 @@ class ClusterState:
                 self._forget(kind, key)
                 return
             self._pod_facts[key] = facts
-        if kind == "resourceslices":
-            share_values(obj)
         old = self.objects[kind].get(key)
         self.objects[kind][key] = obj
         self._changed(kind, key)
@@ -198,8 +242,6 @@ class ClusterState:
                 self._affinity_pods.add(key)
             else:
                 self._affinity_pods.discard(key)
-        elif kind == "resourceslices":
-            self._devices.slice_touched(key, obj, stored)
         elif kind == "preemptions":
             self._devices.lease_touched(key, obj, stored)
         elif kind == "resourceclaims":
@@ -269,3 +311,12 @@ class ClusterState:
                 changes=lambda since: self.changes(since, version),
             )
             return self._view
+
+
+def _read_slice(obj: dict[str, Any]) -> PublishedSlice | None:
+    """A slice handed over as a dict; None (said in the log) when it cannot be read: the others stand."""
+    try:
+        return published_slice(obj)
+    except SliceError as error:
+        log.error("ignoring a ResourceSlice: %s", error)
+        return None

@@ -6,15 +6,12 @@ lives only in memory.
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
-
-import orjson
 
 from extender.devices.cel_eval import device_view
 from extender.devices.lru import Numbering
@@ -27,9 +24,8 @@ class NodeDevice:
     """One device our driver publishes on a node, as the extender plans with it (not the plugin's
     or CDI's device types): its CEL view, the counters it consumes, whether it can be shared."""
 
-    node: str
     name: str
-    raw: dict[str, Any]
+    raw: dict[str, Any]  # as published, less its identity (`IDENTITY_ATTRIBUTES`): twins share the object
     driver: str  # the driver that publishes it
     consumes: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...]  # (counter set, ((counter, amount), ...))
     multi: bool
@@ -129,60 +125,35 @@ class _Capacity:
         return requested
 
 
-# What tells one GPU from its twin on another node of the same model: the attributes `Node.model`
-# leaves out, as published attribute names.
-IDENTITY_ATTRIBUTES = ("uuid", "resource.kubernetes.io/pciBusID")
+# What tells one GPU from its twin on another node of the same model: the attributes a node model
+# (`Node.model`) leaves out, as published attribute names. A partition names its GPU's UUID.
+IDENTITY_ATTRIBUTES = ("uuid", "parentUUID", "resource.kubernetes.io/pciBusID")
 MAX_MODELS = 65_536  # distinct node models numbered at once
 _MODELS: Numbering[bytes] = Numbering(MAX_MODELS)
-_SHARED_VALUES: dict[tuple[str, str, type, object], dict[str, Any]] = {}
-MAX_SHARED_VALUES = 65_536  # distinct attribute and capacity values shared at once
+# Where each identity value of a slice goes (device -> ((index into its values, attribute), ...)),
+# and the values: see extender.devices.slices.
+IdentityPlaces = Mapping[str, tuple[tuple[int, str], ...]]
 
 
-def share_values(resource_slice: dict[str, Any]) -> None:
-    """Replace each device's attribute and capacity value (a one-key dict such as {"string": "gpu"})
-    with the one object of that value, in place. A listed slice is the state's for as long as it
-    stands and is never changed: at 10,000 nodes about a million such dicts are held, nearly all
-    repeats ("gpu", "NVIDIA", a driver version, a memory size). Identity values (a uuid, a PCI
-    address) are unique, so they are left alone; past MAX_SHARED_VALUES new values are too."""
-    for device in (resource_slice.get("spec") or {}).get("devices") or []:
-        for section in ("attributes", "capacity"):
-            values = device.get(section)
-            if not isinstance(values, dict):
-                continue
-            for name, value in values.items():
-                if name in IDENTITY_ATTRIBUTES or not isinstance(value, dict) or len(value) != 1:
-                    continue
-                ((kind, content),) = value.items()
-                if isinstance(content, dict | list):
-                    continue
-                key = (section, kind, type(content), content)  # True and 1 are equal keys otherwise
-                shared = _SHARED_VALUES.get(key)
-                if shared is None:
-                    if len(_SHARED_VALUES) >= MAX_SHARED_VALUES:
-                        continue
-                    shared = _SHARED_VALUES[key] = value
-                values[name] = shared
+@dataclass(eq=False)
+class DeviceSet:
+    """A node model's devices and counters, made once and shared by every node of the model (never
+    changed once made): 10,000 nodes of five models hold five of these, not 1.2 million devices."""
 
+    devices: dict[str, NodeDevice]
+    counters: dict[str, dict[str, Decimal]]
+    published: tuple[bytes, ...]  # the keys of the slice tables it is made of, in order
 
-def _without_identity(raw: dict[str, Any]) -> dict[str, Any]:
-    """The device as published, less the attributes that tell it apart from its model's others."""
-    attributes = raw.get("attributes")
-    if not attributes or attributes.keys().isdisjoint(IDENTITY_ATTRIBUTES):
-        return raw
-    kept = attributes.copy()
-    for key in IDENTITY_ATTRIBUTES:
-        kept.pop(key, None)
-    return {**raw, "attributes": kept}
+    @cached_property
+    def model(self) -> int:
+        return _MODELS.number(b"".join(self.published))
 
-
-def published_digest(resource_slice: dict[str, Any]) -> bytes:
-    """What a slice of ours publishes, in 16 bytes: its shared counters and everything its devices
-    publish (names, attributes, capacity, counters consumed, taints) less their identities. Worked
-    out as the slice arrives (`extender.cluster.device_index`), while it is still in the CPU's caches: at 10,000 nodes
-    the same serialization at the first view, over slices listed long before, took 0.2 s."""
-    spec = resource_slice.get("spec") or {}
-    devices = [_without_identity(raw) for raw in spec.get("devices") or []]
-    return hashlib.blake2b(orjson.dumps([spec.get("sharedCounters"), devices]), digest_size=16).digest()
+    @cached_property
+    def allocations(self) -> int | None:
+        devices = self.devices.values()
+        if not any(device.multi for device in devices):
+            return len(devices)  # one allocation each
+        return total_allocations(device.allocations for device in devices)
 
 
 @dataclass
@@ -196,15 +167,42 @@ class Node:
     # Other drivers' devices here that publish the standard NUMA attribute, named
     # `partner_name(driver, pool, device)`: what our devices can be aligned with.
     partners: tuple[NodeDevice, ...] = ()
-    # `published_digest` of each of our slices the devices and counters come from, in their order.
+    # The keys of the slice tables the devices and counters come from, in order.
     published: tuple[bytes, ...] = field(default=(), compare=False, repr=False)
+    # This node's devices' identities: (places, values) of each slice that publishes some.
+    identity: tuple[tuple[IdentityPlaces, tuple[str, ...]], ...] = field(default=(), compare=False, repr=False)
+    # The model's shared devices and counters, when the node was made from one (kept alive with it).
+    device_set: DeviceSet | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of_model(
+        cls,
+        name: str,
+        labels: dict[str, str],
+        device_set: DeviceSet,
+        partners: tuple[NodeDevice, ...],
+        identity: tuple[tuple[IdentityPlaces, tuple[str, ...]], ...],
+    ) -> Node:
+        node = cls(
+            name,
+            labels,
+            device_set.devices,
+            device_set.counters,
+            partners=partners,
+            published=device_set.published,
+            identity=identity,
+            device_set=device_set,
+        )
+        # The model's number and allocation bound, worked out once per model (cached_property's slots).
+        node.__dict__.update(model=device_set.model, allocations=device_set.allocations)
+        return node
 
     @cached_property
     def model(self) -> int:
         """A number for all that selectors, placing and scoring can read of this node's devices,
         less each device's identity (`IDENTITY_ATTRIBUTES`): nodes of one hardware model and
         configuration share it, so a selector that reads no identity matches the same devices on each
-        of them (extender.plan.capacity). Worked out once per node object, when first asked."""
+        of them (extender.plan.capacity)."""
         return _MODELS.number(b"".join(self.published))
 
     def work_out(self) -> None:
@@ -220,6 +218,29 @@ class Node:
             return len(devices)  # one allocation each
         return total_allocations(device.allocations for device in devices)
 
+    def identity_of(self, device: str) -> dict[str, dict[str, str]]:
+        """`device`'s identity attributes as published here (empty when it publishes none)."""
+        for places, values in self.identity:
+            found = places.get(device)
+            if found:
+                return {attribute: {"string": values[index]} for index, attribute in found}
+        return {}
+
+    def view_of(self, device: NodeDevice) -> dict[str, Any]:
+        """What CEL sees of `device` on this node, identity included (`device.view` leaves it out)."""
+        own = self.identity_of(device.name)
+        if not own:
+            return device.view
+        attributes = {**(device.raw.get("attributes") or {}), **own}
+        return device_view(device.driver, {**device.raw, "attributes": attributes})
+
+    def attribute_of(self, device: NodeDevice, name: str) -> Any:
+        """`device.attribute(name)`, identity attributes read from this node."""
+        if name in IDENTITY_ATTRIBUTES:
+            value = self.identity_of(device.name).get(name)
+            return value["string"] if value else device.attribute(name)
+        return device.attribute(name)
+
 
 def total_allocations(counts: Iterable[int | None]) -> int | None:
     """The sum of allocation bounds, None (unbounded) if any one is."""
@@ -227,47 +248,9 @@ def total_allocations(counts: Iterable[int | None]) -> int | None:
     return None if None in listed else sum(c for c in listed if c is not None)
 
 
-def nodes_from(
-    node_objects: list[dict[str, Any]],
-    slices: list[dict[str, Any]],
-    driver: str,
-    digest: Callable[[dict[str, Any]], bytes] = published_digest,
-) -> dict[str, Node]:
-    """Nodes with the devices our driver publishes, and other drivers' NUMA-placed devices (only
-    pools whose latest generation is complete). `digest` gives a slice's `published_digest`, which
-    a caller may have kept since the slice arrived."""
-    nodes = {
-        n["metadata"]["name"]: Node(n["metadata"]["name"], dict(n["metadata"].get("labels") or {}))
-        for n in node_objects
-    }
-    latest: dict[tuple[str, str], int] = {}
-    for resource_slice in slices:
-        spec = resource_slice["spec"]
-        pool = (spec.get("driver", ""), spec["pool"]["name"])
-        latest[pool] = max(latest.get(pool, 0), int(spec["pool"].get("generation", 0)))
-    partners: dict[str, list[NodeDevice]] = {}
-    for resource_slice in slices:
-        spec = resource_slice["spec"]
-        node = nodes.get(spec.get("nodeName") or "")
-        slice_driver = spec.get("driver", "")
-        if node is None or int(spec["pool"].get("generation", 0)) != latest[(slice_driver, spec["pool"]["name"])]:
-            continue
-        if slice_driver != driver:
-            partners.setdefault(node.name, []).extend(_partners(node.name, slice_driver, spec))
-            continue
-        node.published += (digest(resource_slice),)
-        for counter_set in spec.get("sharedCounters") or []:
-            node.counters[counter_set["name"]] = {k: quantity(v["value"]) for k, v in counter_set["counters"].items()}
-        for raw in spec.get("devices") or []:
-            node.devices[raw["name"]] = _device(node.name, raw, driver)
-    for name, found in partners.items():
-        nodes[name].partners = tuple(found)
-    return nodes
-
-
-def _device(node: str, raw: dict[str, Any], driver: str) -> NodeDevice:
-    # Most devices consume no counters and carry no taint: those skip building empty tuples
-    # (10,000 nodes' first view builds 80,000 of them or more).
+def make_device(raw: dict[str, Any], driver: str) -> NodeDevice:
+    """A device our driver publishes, as planning reads it."""
+    # Most devices consume no counters and carry no taint: those skip building empty tuples.
     counters = raw.get("consumesCounters")
     consumes: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...] = ()
     groups: tuple[tuple[str, frozenset[str]], ...] = ()
@@ -281,30 +264,22 @@ def _device(node: str, raw: dict[str, Any], driver: str) -> NodeDevice:
     taints: list[dict[str, Any]] = raw.get("taints") or []
     tainted = any(t.get("effect") in ("NoSchedule", "NoExecute") for t in taints)
     multi = bool(raw.get("allowMultipleAllocations"))
-    return NodeDevice(node, raw["name"], raw, driver, consumes, multi, tainted, groups)
+    return NodeDevice(raw["name"], raw, driver, consumes, multi, tainted, groups)
 
 
 def partner_name(driver: str, pool: str, device: str) -> str:
     return f"{driver}/{pool}/{device}"
 
 
-def _partners(node: str, driver: str, spec: dict[str, Any]) -> list[NodeDevice]:
-    """Another driver's devices with a NUMA node, modelled optimistically (the scheduler's DRA
+def partner_device(name: str, raw: dict[str, Any], driver: str) -> NodeDevice:
+    """Another driver's device with a NUMA node, modelled optimistically (the scheduler's DRA
     plugin has the last word): a shareable one is never used up, counters and taints are not
     read, so the extender never refuses a node the allocator would take."""
-    return [
-        NodeDevice(
-            node,
-            partner_name(driver, spec["pool"]["name"], raw["name"]),
-            raw,
-            driver,
-            (),
-            bool(raw.get("allowMultipleAllocations")),
-            False,
-        )
-        for raw in spec.get("devices") or []
-        if STANDARD_NUMA_ATTRIBUTE in (raw.get("attributes") or {})
-    ]
+    return NodeDevice(name, raw, driver, (), bool(raw.get("allowMultipleAllocations")), False)
+
+
+def numa_placed(raw: dict[str, Any]) -> bool:
+    return STANDARD_NUMA_ATTRIBUTE in (raw.get("attributes") or {})
 
 
 @dataclass

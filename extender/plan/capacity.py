@@ -99,7 +99,7 @@ class Matcher:
             found = [
                 d
                 for d in node.devices.values()
-                if not d.tainted and self.selectors.all_match(list(expressions), d.view)
+                if not d.tainted and self.selectors.all_match(list(expressions), node.view_of(d))
             ]
             entry = (node, found, self._shape_id(node, found))
             if shareable:
@@ -134,7 +134,7 @@ class Matcher:
             key.append(self.matching_shape(node, request.selectors))
             if request.match_attribute:
                 devices = self.matching(node, request.selectors)
-                key.append(tuple(device_attribute(d, request.match_attribute, self.driver) for d in devices))
+                key.append(tuple(device_attribute(node, d, request.match_attribute, self.driver) for d in devices))
         return tuple(key)
 
     def alike_by_model(self, demand: Demand) -> bool:
@@ -210,9 +210,9 @@ def _attribute_key(attribute: str, driver: str) -> str:
     return name if domain == driver else attribute
 
 
-def device_attribute(device: NodeDevice, attribute: str, driver: str) -> str:
-    """A request's matchAttribute value on `device`, as allocation groups devices by it."""
-    return str(device.attribute(_attribute_key(attribute, driver)))
+def device_attribute(node: Node, device: NodeDevice, attribute: str, driver: str) -> str:
+    """A request's matchAttribute value on `device` of `node`, as allocation groups devices by it."""
+    return str(node.attribute_of(device, _attribute_key(attribute, driver)))
 
 
 def _pick(
@@ -230,12 +230,12 @@ def _pick(
     if request.match_attribute:
         by_value: dict[object, list[NodeDevice]] = defaultdict(list)
         for device in candidates:
-            by_value[device_attribute(device, request.match_attribute, driver)].append(device)
+            by_value[device_attribute(node, device, request.match_attribute, driver)].append(device)
         groups = sorted(by_value.values(), key=len)  # the tightest group that fits keeps bigger ones whole
     for group in groups:
         partners: frozenset[str] | None = frozenset()
         if beside is not None and group:
-            partners = beside(device_attribute(group[0], STANDARD_NUMA_ATTRIBUTE, driver))
+            partners = beside(device_attribute(node, group[0], STANDARD_NUMA_ATTRIBUTE, driver))
         if partners is None:
             continue
         working = usage.copy()

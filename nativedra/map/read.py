@@ -59,7 +59,7 @@ def reading_of(state: ClusterState, config: ExtenderConfig) -> Reading:
     started = time.monotonic()
     cluster = build_map(
         list(state.objects["nodes"].values()),
-        list(state.objects["resourceslices"].values()),
+        [published.as_api() for published in state.slices.values()],
         list(view.claims.values()),
         [pod.obj for pod in view.pods.values()],
     )

@@ -94,9 +94,9 @@ class Cluster:
 
     def taint(self) -> str:
         """A node's slice changes: one of its GPUs is tainted (a new Node object)."""
-        resource_slice = self._pick("resourceslices", lambda s: True)
-        if resource_slice is not None:
-            changed = copy.deepcopy(resource_slice)
+        published = [s for s in self.state.slices.values() if s.table.devices]
+        if published:
+            changed = self.random.choice(published).as_api()
             device = self.random.choice(changed["spec"]["devices"])
             device["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
             self._put("resourceslices", changed)

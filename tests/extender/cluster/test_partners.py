@@ -9,7 +9,8 @@ from typing import Any
 
 from extender.cluster.state import ClusterState
 from extender.devices.cel_eval import Selectors
-from extender.devices.node_usage import Node, Usage, nodes_from, partner_name, usage_from
+from extender.devices.node_usage import Node, Usage, partner_name, usage_from
+from extender.devices.slices import nodes_from
 from extender.plan.capacity import Matcher, members_fit, place
 from extender.plan.config import ScoreWeights
 from extender.plan.scoring import score

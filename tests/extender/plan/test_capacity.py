@@ -8,7 +8,8 @@ from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import build_slices
 from extender.devices.cel_eval import Selectors
-from extender.devices.node_usage import Node, Usage, nodes_from, take
+from extender.devices.node_usage import Node, Usage, take
+from extender.devices.slices import nodes_from
 from extender.plan.capacity import Matcher, available, members_fit
 from extender.pods.demand import Demand, Request
 from testkit.builders import DRIVER, FRACTION, GPU, SHARE, gpu_nodes, node_objects
@@ -66,7 +67,7 @@ def _twins(product_of_b: str | None = None) -> dict[str, Node]:
 def _matched(nodes: dict[str, Node], selector: str) -> dict[str, list[str]]:
     matcher = Matcher(Selectors(), DRIVER)
     found = {name: matcher.matching(node, (GPU, selector)) for name, node in nodes.items()}
-    assert all(d.node == name for name, devices in found.items() for d in devices), "each node's own devices"
+    assert all(d is nodes[name].devices[d.name] for name, devices in found.items() for d in devices), "its own"
     return {name: [d.name for d in devices] for name, devices in found.items()}
 
 

@@ -98,8 +98,7 @@ def test_a_plan_is_not_reused_when_something_it_depends_on_changed(event: str) -
     elif event == "add_member":
         cluster.add_member()
     else:  # the planned node's slice changes
-        key = next(k for k, s in cluster.state.objects["resourceslices"].items() if s["spec"]["nodeName"] == node)
-        changed = copy.deepcopy(cluster.state.objects["resourceslices"][key])
+        changed = next(s for s in cluster.state.slices.values() if s.node == node and s.table.devices).as_api()
         for device in changed["spec"]["devices"]:
             device["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
         cluster._put("resourceslices", changed)
