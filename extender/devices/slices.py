@@ -37,11 +37,13 @@ from extender.devices.node_usage import (
 from nativedra.base.kube.units import quantity
 
 Key = tuple[str, str]
-# An identity attribute's string value as the API server writes it (Go's encoder: no spaces; a
-# space after each colon, as Python's json module writes it, is read too): the name and the
-# opening quote, then the value.
+# An identity attribute's string value as the API server writes it (Go's encoder: no spaces), found
+# from the literal that opens every string attribute value (a fast search), then checked to follow
+# an identity attribute's name. Written otherwise (spaces, escapes), a slice is kept whole.
 _IDENTITY = re.compile(
-    b'("(?:' + b"|".join(re.escape(name.encode()) for name in IDENTITY_ATTRIBUTES) + rb')": ?\{"string": ?")([^"\\]*)"'
+    rb'\{"string":"(?:'
+    + b"|".join(b'(?<="' + re.escape(name.encode()) + rb'":\{"string":")' for name in IDENTITY_ATTRIBUTES)
+    + rb')([^"\\]*)"'
 )
 DIGEST_SIZE = 16
 
@@ -84,7 +86,7 @@ class SliceTable:
     """What slices alike publish: devices less identity, shared counters, and where each identity
     value goes (`slots`: device name and attribute, in the order the values are published)."""
 
-    key: bytes  # the hash of the published bytes less identity values (a node model is made of these)
+    key: bytes  # a digest of what it publishes less identity values (a node model is named by these)
     driver: str
     devices: tuple[NodeDevice, ...]
     counters: Mapping[str, Mapping[str, Decimal]]
@@ -130,7 +132,7 @@ class SliceError(ValueError):
     """A ResourceSlice the extender cannot read; the message names the slice and the field."""
 
 
-# Every table some slice holds, by key: a node model's slices share one.
+# Every table some slice holds, by what it publishes less identity values: a model's slices share one.
 _TABLES: weakref.WeakValueDictionary[bytes, SliceTable] = weakref.WeakValueDictionary()
 
 
@@ -139,16 +141,28 @@ def published_slice(raw: bytes | dict[str, Any]) -> PublishedSlice:
     data = msgspec.json.encode(raw) if isinstance(raw, dict) else raw
     try:
         decoded = msgspec.json.decode(data, type=_Slice)
-    except msgspec.ValidationError as error:
-        raise SliceError(f"ResourceSlice: {error}") from error
+    except msgspec.DecodeError as error:
+        raise SliceError(f"ResourceSlice {_name_of(data)}: {error}") from error
     return _kept(decoded)
+
+
+class _Named(msgspec.Struct):
+    metadata: _Metadata = msgspec.field(default_factory=_Metadata)
+
+
+def _name_of(data: bytes) -> str:
+    """The name of a slice that cannot be read, for the error to name it ("?" when even that fails)."""
+    try:
+        return msgspec.json.decode(data, type=_Named).metadata.name or "?"
+    except msgspec.DecodeError:
+        return "?"
 
 
 def slice_list(body: bytes) -> tuple[list[PublishedSlice], str, str]:
     """A LIST answer's slices, its resourceVersion and its continue token."""
     try:
         listed = msgspec.json.decode(body, type=_List)
-    except msgspec.ValidationError as error:
+    except msgspec.DecodeError as error:
         raise SliceError(f"ResourceSliceList: {error}") from error
     return [_kept(item) for item in listed.items or ()], listed.metadata.resourceVersion, listed.metadata.continue_
 
@@ -157,20 +171,26 @@ def _kept(item: _Slice) -> PublishedSlice:
     spec, metadata = item.spec, item.metadata
     devices, counters = bytes(spec.devices), bytes(spec.sharedCounters)
     parts = _IDENTITY.split(devices)
-    values = parts[2::3]
-    del parts[2::3]
-    key = _digest(spec.driver, counters, parts)
-    identity = tuple(sys.intern(value.decode()) for value in values)
-    table = _TABLES.get(key)
+    values = parts[1::2]
+    del parts[1::2]
+    # What the slice publishes less its identity values: the table's key itself, no digest of it, so
+    # slices alike find their table exactly (a dict compares keys that hash alike).
+    published = b"\0".join((spec.driver.encode(), counters, *parts))
+    # One decoding of every value at once; a UUID is unique, a PCI address is the same on every node of a model.
+    identity = tuple(map(sys.intern, b"\0".join(values).decode(errors="replace").split("\0"))) if values else ()
+    table = _TABLES.get(published)
     if table is None:
         where = f"ResourceSlice {metadata.name}"
-        table, found = _table(key, spec.driver, counters, devices, where)
-        named = tuple(prefix[1 : prefix.index(b'"', 1)].decode() for prefix in parts[1::2])
-        if found != identity or named != tuple(attribute for _, attribute in table.slots):
+        table, found = _table(_digest(published), spec.driver, counters, devices, where)
+        if found != identity:
             # The cut missed or mistook an identity value: this slice is kept whole, in a table of its own.
-            key = _digest(spec.driver, counters, [devices])
-            table, identity = _table(key, spec.driver, counters, devices, where, whole=True)[0], ()
-        _TABLES[key] = table
+            published = b"\0".join((spec.driver.encode(), counters, devices))
+            table = (
+                _TABLES.get(published)
+                or _table(_digest(published, whole=True), spec.driver, counters, devices, where, whole=True)[0]
+            )
+            identity = ()
+        _TABLES[published] = table
     return PublishedSlice(
         (metadata.namespace, metadata.name),
         spec.nodeName or "",
@@ -182,12 +202,10 @@ def _kept(item: _Slice) -> PublishedSlice:
     )
 
 
-def _digest(driver: str, counters: bytes, parts: Iterable[bytes]) -> bytes:
-    digest = hashlib.blake2b(driver.encode(), digest_size=DIGEST_SIZE)
-    digest.update(b"\0" + counters + b"\0")
-    for part in parts:
-        digest.update(part)
-    return digest.digest()
+def _digest(published: bytes, *, whole: bool = False) -> bytes:
+    """A table's short name for node models (`Node.published`); a slice kept whole is named apart
+    from every slice whose identities were cut."""
+    return hashlib.blake2b(published, digest_size=DIGEST_SIZE, person=b"whole" if whole else b"").digest()
 
 
 def _table(
