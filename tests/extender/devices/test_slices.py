@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -77,7 +78,8 @@ def test_another_attribute_value_makes_another_model() -> None:
 )
 def test_an_identity_the_cut_cannot_read_keeps_its_slice_whole(uuid: dict[str, Any]) -> None:
     node_list, slices = _twins(uuid=uuid)
-    for encode in (orjson.dumps, lambda obj: json.dumps(obj).encode()):  # the API's compact form, and spaced
+    encoders: list[Callable[[Any], bytes]] = [orjson.dumps, lambda obj: json.dumps(obj).encode()]
+    for encode in encoders:  # the API's compact form, and spaced (every slice kept whole)
         published = [published_slice(encode(s)) for s in slices]
         odd = next(p for p in published if p.node == "b" and any(d.name == "gpu-0" for d in p.table.devices))
         assert odd.identity == () and odd.table.devices[0].raw["attributes"]["uuid"] == uuid, "kept whole"
