@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher
 from extender.plan.hold_clock import Room, room_counts
-from extender.plan.planner import ClusterPlan, Planning
+from extender.plan.planner import ClusterPlan, DomainMemo, Planning
 from extender.pods.gang import GangRef, Part
 from extender.pods.model import Gang, HoldClock, Member, Plan, PlanLimits
 
@@ -72,6 +72,7 @@ class PlanMemo:
     # id of a gang object -> (that gang, its plan when nodes do not matter, else None): most gangs
     # of a busy cluster are bound ones, the same objects plan after plan while only usage moves.
     settled: dict[int, tuple[Gang, Plan | None]]
+    domains: DomainMemo  # domains and their fits, for the next plan on the same node objects
 
 
 class Incremental:
@@ -228,8 +229,10 @@ class IncrementalPlanning(Planning):
         memo: PlanMemo | None,
         changed: Collection[str] | None,
     ) -> None:
-        super().__init__(nodes, usage, matcher, now=now, limits=limits, clocks=clocks, clock=clock)
-        self.incremental = Incremental(memo, nodes, usage, limits, changed)
+        incremental = Incremental(memo, nodes, usage, limits, changed)
+        domains = memo.domains if memo is not None and incremental.memo is not None else None  # same nodes
+        super().__init__(nodes, usage, matcher, now=now, limits=limits, clocks=clocks, clock=clock, domains=domains)
+        self.incremental = incremental
         self._known = memo.settled if memo is not None else {}
         self.settled_now: dict[int, tuple[Gang, Plan | None]] = {}
         self.usable: dict[str, frozenset[str]] = {}
@@ -271,7 +274,9 @@ class IncrementalPlanning(Planning):
             for g in gangs
             if g.ref.key in self.usable
         }
-        memo = PlanMemo(self.nodes, self.usage, self.limits, seen, self.incremental.records, self.settled_now)
+        memo = PlanMemo(
+            self.nodes, self.usage, self.limits, seen, self.incremental.records, self.settled_now, self.domains
+        )
         return IncrementalPlan(
             result.plans, result.held, result.holders, result.clocks, result.valid_until, result.base, memo
         )

@@ -116,12 +116,32 @@ class _DomainFit:
     room: list[tuple[str, int]]  # node -> members that fit there, tightest first
 
 
-class _DomainMemo:
-    """What one `plan_cluster` works out once and every gang in it may reuse: the domains of a
-    usable-node set, and a domain's fit for a demand while the usage of its nodes is unchanged.
-    Twenty waiting gangs of one shape on 10,000 nodes asked each of 625 racks for its room once
-    per gang (200,000 node fits); only the racks an earlier gang's plan touched change between
-    them. Lives for one plan, so it needs no bound beyond the plan's own."""
+@dataclass
+class _LevelFits:
+    """Every domain's fit on one usage mapping, as of its `seen` first changes."""
+
+    usage: dict[str, Usage]
+    domains: dict[str, list[str]]
+    fits: dict[str, _DomainFit]
+    seen: int
+
+    @cached_property
+    def domain_of(self) -> dict[str, str]:
+        return {name: domain for domain, names in self.domains.items() for name in names}
+
+
+class DomainMemo:
+    """What one plan works out once and every gang in it may reuse: the domains of a usable-node
+    set, and a domain's fit for a demand while the usage of its nodes is unchanged. Twenty waiting
+    gangs of one shape on 10,000 nodes asked each of 625 racks for its room once per gang (200,000
+    node fits); only the racks an earlier gang's plan touched change between them. The next plan
+    on the same node objects keeps the domains and fits (`renewed`): after a watch event only the
+    racks whose usage it changed are asked again."""
+
+    # Domain fits and usable sets kept from plan to plan, per node of the cluster, past which they
+    # are dropped (each new pod shape or usable set adds entries).
+    FITS_PER_NODE = 4
+    MAX_USABLE_SETS = 1_024
 
     def __init__(self, nodes: dict[str, Node]) -> None:
         self.nodes = nodes
@@ -129,6 +149,10 @@ class _DomainMemo:
         self._domains: dict[tuple[int, str | None], tuple[frozenset[str], dict[str, list[str]]]] = {}
         # (id of a domain's names, demand, need) -> (those names, their usage objects, the fit).
         self._fits: dict[tuple[int, Demand, int], tuple[list[str], list[Usage], _DomainFit]] = {}
+        # id of a usage mapping the plan changes in place -> the names changed there, change by change.
+        self._applied: dict[int, list[Collection[str]]] = defaultdict(list)
+        # (id of a usage mapping, id of a domains mapping, demand, need) -> every domain's fit there.
+        self._tables: dict[tuple[int, int, Demand, int], _LevelFits] = {}
 
     def domains(self, level: str | None, gang: Gang, part: Part | None = None) -> dict[str, list[str]]:
         """`gang_domains`: the domains of the same usable nodes are worked out once for every gang
@@ -170,6 +194,55 @@ class _DomainMemo:
         fit = _DomainFit(domain, sum(fits for _, fits in room), room)
         self._fits[key] = (names, list(map(usage.__getitem__, names)), fit)
         return fit
+
+    def renewed(self, nodes: dict[str, Node]) -> DomainMemo:
+        """This memo for the next plan, whose `nodes` are the same objects as this one's."""
+        self.nodes = nodes
+        self._applied.clear()
+        self._tables.clear()
+        if len(self._fits) > self.FITS_PER_NODE * len(nodes) + self.MAX_USABLE_SETS:
+            self._fits.clear()
+        if len(self._domains) > self.MAX_USABLE_SETS:
+            self._domains.clear()
+            self._fits.clear()  # keyed by the domains' name lists, dropped with them
+        return self
+
+    def applied(self, usage: dict[str, Usage], names: Collection[str]) -> None:
+        """`usage` was changed in place on `names`: tables made on it look at those domains again."""
+        if names:
+            self._applied[id(usage)].append(names)
+
+    def level_fits(
+        self,
+        domains: dict[str, list[str]],
+        usage: dict[str, Usage],
+        demand: Demand,
+        *,
+        need: int,
+        matcher: Matcher,
+        out_of_time: Callable[[], bool],
+    ) -> dict[str, _DomainFit]:
+        """Every domain's `fit`. Waiting gangs of one shape ask the same domains in turn; between two
+        of them only the domains an earlier gang's plan changed (`applied`) are asked again, not all
+        625 racks of 10,000 nodes each time (each ask compares every node's usage object)."""
+        key = (id(usage), id(domains), demand, need)
+        changes = self._applied[id(usage)]
+        table = self._tables.get(key)
+        if table is None or table.usage is not usage or table.domains is not domains:
+            fits = {
+                domain: self.fit(domain, names, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
+                for domain, names in domains.items()
+            }
+            self._tables[key] = _LevelFits(usage, domains, fits, len(changes))
+            return fits
+        if table.seen < len(changes):
+            where = table.domain_of
+            for domain in {where[name] for names in changes[table.seen :] for name in names if name in where}:
+                table.fits[domain] = self.fit(
+                    domain, domains[domain], usage, demand, need=need, matcher=matcher, out_of_time=out_of_time
+                )
+            table.seen = len(changes)
+        return table.fits
 
     @cached_property
     def allocations(self) -> int | None:
@@ -225,7 +298,7 @@ def _no_room(gang: Gang, demand: Demand, best_seen: tuple[int, str]) -> str:
     return f"{needs}; {best}"
 
 
-def _too_big(gang: Gang, demand: Demand, memo: _DomainMemo, matcher: Matcher, limits: PlanLimits) -> str | None:
+def _too_big(gang: Gang, demand: Demand, memo: DomainMemo, matcher: Matcher, limits: PlanLimits) -> str | None:
     """Why the gang can never be placed whatever frees up, if its size is past a ceiling; checked
     before planning so no loop ever runs toward an absurd size."""
     key, size = gang.ref.key, gang.size
@@ -288,7 +361,7 @@ def _place_exclusive(
     *,
     taken: Mapping[str, str],
     used: set[str],
-    memo: _DomainMemo,
+    memo: DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> tuple[str, dict[str, int], dict[str, Usage]] | str:
     """A domain of its own for one part: (domain, slots, usage) or why there is none."""
@@ -325,7 +398,7 @@ def _fit_together(
     usage: dict[str, Usage],
     *,
     matcher: Matcher,
-    memo: _DomainMemo,
+    memo: DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> _Placement | None:
     """All `parts` in one domain (`fit` is the first part's fit there, `names` its nodes), one after
@@ -361,7 +434,7 @@ def _place_together(
     *,
     taken: Mapping[str, str],
     levels: tuple[str, ...],
-    memo: _DomainMemo,
+    memo: DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> _Together:
     """The non-exclusive parts in one domain at the first of the gang's levels with room, best fit: the feasible domain
@@ -371,10 +444,11 @@ def _place_together(
     best_seen: tuple[int, str] = (0, "")
     for level in _levels(gang.ref, levels):
         domains = memo.domains(level, gang)
+        every = memo.level_fits(domains, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
         fits = [
-            memo.fit(domain, names, usage, demand, need=need, matcher=matcher, out_of_time=out_of_time)
-            for domain, names in domains.items()
-            if not (gang.ref.exclusive and _held_by_another(names, taken, gang.ref.key))
+            fit
+            for domain, fit in every.items()
+            if not (gang.ref.exclusive and _held_by_another(domains[domain], taken, gang.ref.key))
         ]
         best_seen = max([best_seen, *((fit.total, fit.domain) for fit in fits)])
         for fit in sorted((f for f in fits if f.total >= need), key=lambda c: (c.total, c.domain)):
@@ -393,7 +467,7 @@ def _plan_gang(
     *,
     taken: dict[str, str],
     limits: PlanLimits,
-    memo: _DomainMemo,
+    memo: DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> tuple[Plan, dict[str, Usage]]:
     """One gang's remaining members, all of them or nothing held. A gang whose size is a minimum
@@ -428,7 +502,7 @@ def _plan_members(
     *,
     taken: dict[str, str],
     limits: PlanLimits,
-    memo: _DomainMemo,
+    memo: DomainMemo,
     out_of_time: Callable[[], bool],
 ) -> tuple[Plan, dict[str, Usage]]:
     """The gang's remaining members: parts that need a domain of their own each get one, the rest
@@ -441,9 +515,11 @@ def _plan_members(
     if too_big is not None:
         return Plan(gang.ref.key, False, reason=too_big), {}
     placement = _Placement()
-    working = dict(usage)
-    used: set[str] = set()
     exclusive = [p for p in gang.parts if p.exclusive]
+    # Exclusive parts change a copy; without them the parts together read the plan's own mapping,
+    # whose domain fits the gangs before this one left (`DomainMemo.level_fits`).
+    working = dict(usage) if exclusive else usage
+    used: set[str] = set()
     for part in sorted(exclusive, key=lambda p: (not gang.part_placed(p), p.key)):  # placed parts keep theirs
         own = _place_exclusive(gang, part, working, matcher, taken=taken, used=used, memo=memo, out_of_time=out_of_time)
         if isinstance(own, str):
@@ -485,7 +561,7 @@ def _plan_in_budget(
     *,
     taken: dict[str, str],
     limits: PlanLimits,
-    memo: _DomainMemo,
+    memo: DomainMemo,
     clock: Callable[[], float],
     spent: list[bool] | None = None,
 ) -> tuple[Plan, dict[str, Usage]]:
@@ -532,12 +608,14 @@ class Planning:
         limits: PlanLimits,
         clocks: Mapping[str, HoldClock] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        domains: DomainMemo | None = None,
     ) -> None:
+        """`domains`: the last plan's memo, when its nodes are these very objects."""
         self.nodes, self.usage, self.matcher = nodes, usage, matcher
         self.now, self.limits, self.clock = now, limits, clock
         self.clocks = clocks or {}
         self.taken: dict[str, str] = {}  # node -> the exclusive gang part whose domain holds it
-        self._domains = _DomainMemo(nodes)
+        self.domains = domains.renewed(nodes) if domains is not None else DomainMemo(nodes)
 
     def settled(self, gang: Gang) -> Plan | None:
         """The plan of a gang whose plan nodes cannot change (every member placed, a label error,
@@ -574,7 +652,7 @@ class Planning:
             self.matcher,
             taken=self.taken,
             limits=self.limits,
-            memo=self._domains,
+            memo=self.domains,
             clock=self.clock,
             spent=spent,
         )
@@ -599,6 +677,7 @@ class Planning:
             plan, changed = self.place(gang, held, False)
             plans[gang.ref.key] = plan
             held.update(changed)
+            self.domains.applied(held, changed)
             for name in plan.slots:
                 holders[name].append(gang.ref.key)
             if gang.ref.exclusive:
@@ -610,6 +689,7 @@ class Planning:
             plan.expired = True
             plans[gang.ref.key] = plan
             after_active.update(changed)
+            self.domains.applied(after_active, changed)
         valid_until = min((c.since + self.limits.timeout for c in after.values() if not c.expired), default=math.inf)
         return ClusterPlan(plans, held, dict(holders), after, valid_until, self.usage)
 

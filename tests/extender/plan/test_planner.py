@@ -5,7 +5,7 @@ from __future__ import annotations
 from extender.devices.cel_eval import Selectors
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher
-from extender.plan.planner import ClusterPlan, _DomainMemo, gang_domains, plan_cluster
+from extender.plan.planner import ClusterPlan, DomainMemo, gang_domains, plan_cluster
 from extender.pods.demand import Demand, Request
 from extender.pods.gang import GANG, GANG_SIZE, TOPOLOGY_PREFERRED, gang_of
 from extender.pods.model import ANYWHERE, Gang, Member, PlanLimits
@@ -58,7 +58,7 @@ def test_a_partly_placed_gang_shares_the_domains_of_its_usable_nodes_narrowed_to
     as `gang_domains` alone gives them."""
     nodes = racks({"a": 3, "b": 4})
     placed, waiting = gang("p", 3, 1.0, "rack", bound={"p-0": "a-0"}), gang("w", 2, 2.0, "rack")
-    memo = _DomainMemo(nodes)
+    memo = DomainMemo(nodes)
     everywhere = memo.domains("rack", waiting)
     narrowed = memo.domains("rack", placed)
     assert narrowed == gang_domains(nodes, "rack", placed) == {"a": ["a-0", "a-1", "a-2"]}
