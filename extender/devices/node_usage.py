@@ -40,13 +40,23 @@ class NodeDevice:
         one node of each model, so most devices never need one."""
         return device_view(self.driver, self.raw)
 
+    @cached_property
+    def _attributes(self) -> dict[str, Any]:
+        """Each attribute's plain value (scores read a few of them per device per node scored; the
+        device object is its model's, so this is made once per model)."""
+        return {name: next(iter(value.values())) for name, value in (self.raw.get("attributes") or {}).items() if value}
+
     def attribute(self, name: str) -> Any:
-        value = self.raw.get("attributes", {}).get(name)
-        return next(iter(value.values())) if value else None
+        return self._attributes.get(name)
+
+    @cached_property
+    def part(self) -> bool:
+        """A fraction or share of a GPU (fraction packing prefers GPUs already shared for these)."""
+        return self.attribute("type") in ("fraction", "share")
 
     def capacity(self, name: str) -> Decimal | None:
-        value = self.raw.get("capacity", {}).get(name)
-        return quantity(value["value"]) if value else None
+        found = self._capacities.get(name)
+        return found.value if found is not None else None
 
     @cached_property
     def _capacities(self) -> dict[str, _Capacity]:

@@ -96,10 +96,13 @@ class Matcher:
         if alike is not None:
             entry = (node, [node.devices[name] for name in alike[0]], alike[1])
         else:
+            # Selectors that read no identity see the device as its model publishes it (one view,
+            # made once); the others see this node's identities too.
+            view_of = (lambda d: d.view) if shareable else node.view_of
             found = [
                 d
                 for d in node.devices.values()
-                if not d.tainted and self.selectors.all_match(list(expressions), node.view_of(d))
+                if not d.tainted and self.selectors.all_match(list(expressions), view_of(d))
             ]
             entry = (node, found, self._shape_id(node, found))
             if shareable:

@@ -44,11 +44,12 @@ def packing_score(free: list[NodeDevice], matching: int, request: Request) -> in
 
 def fraction_packing_score(free: list[NodeDevice], usage: Usage) -> int:
     """10 when a requested part fits on a GPU that already serves someone."""
+    parts = [device for device in free if device.part]
+    if not parts:
+        return 0
     shared_sets = {name for name, used in usage.counters.items() if any(v > 0 for v in used.values())}
     shared_devices = {name for name, used in usage.shared.items() if any(v > 0 for v in used.values())}
-    for device in free:
-        if device.attribute("type") not in ("fraction", "share"):
-            continue
+    for device in parts:
         if device.name in shared_devices or any(counter_set in shared_sets for counter_set, _ in device.consumes):
             return MAX
     return 0
