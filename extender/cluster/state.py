@@ -81,7 +81,7 @@ class ClusterState:
         self._since_freeze = 0  # watch events applied since the objects were last frozen
 
     # Watch events between two freezes of the objects held (see `apply`).
-    REFREEZE_EVENTS = 1_000
+    REFREEZE_EVENTS = 100
 
     def changes(self, since: int, upto: int) -> set[Change] | None:
         """What changed after version `since` up to `upto` (journaled kinds, node models, usage),

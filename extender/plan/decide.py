@@ -17,7 +17,7 @@ from extender.devices.cel_eval import Selectors
 from extender.devices.lru import LruCache
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher, place
-from extender.plan.config import ExtenderConfig
+from extender.plan.config import ExtenderConfig, ScoreWeights
 from extender.plan.current import CurrentPlan
 from extender.plan.in_flight import InFlight, complete_offer
 from extender.plan.node_groups import NodeGroups
@@ -258,49 +258,64 @@ class Decider:
         """A demand's first answer for these names: by node group (`NodeGroups`) where nodes of one
         model score alike and `usage` is the view's but on the nodes `differs` names (None: not
         known), else node by node."""
+        scorer = self._scorer(view, demand)
         if differs is not None and self.matcher.alike_by_model(demand):
-            one: dict[str, int] = {}
-
-            def value(name: str) -> int:
-                self._score(view, view.usage, demand, [name], one)
-                return one[name]
-
-            grouped = self._groups.scores(view, names, value)
+            grouped = self._groups.scores(view, names, lambda name: scorer.value(name, view.usage[name]))
             if grouped is not None:
-                self._score(view, usage, demand, [name for name in differs if name in grouped], grouped)
+                scorer.fill(usage, [name for name in differs if name in grouped], grouped)
                 return grouped
         scores: dict[str, int] = {}
-        self._score(view, usage, demand, names, scores)
+        scorer.fill(usage, names, scores)
         return scores
 
     def _score(
         self, view: ClusterView, usage: Mapping[str, Usage], demand: Demand, names: list[str], scores: dict[str, int]
     ) -> None:
+        self._scorer(view, demand).fill(usage, names, scores)
+
+    def _scorer(self, view: ClusterView, demand: Demand) -> _Scorer:
         shared = self._shared_scores.get(demand)
         if shared is None or len(shared) > 2 * len(view.nodes):
             shared = {}
             self._shared_scores.put(demand, shared)
+        return _Scorer(view.nodes, demand, self.matcher, self.config.weights, shared)
+
+
+class _Scorer:
+    """One demand's scores on one view's nodes: nodes with equal keys (the shape of what the demand
+    matches there, `Matcher.demand_key`) and the same usage object score alike, so each such pair is
+    scored once for every call (`shared`, kept per demand by the Decider)."""
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Node],
+        demand: Demand,
+        matcher: Matcher,
+        weights: ScoreWeights,
+        shared: dict[tuple[object, ...], tuple[Usage, int]],
+    ) -> None:
+        self.nodes, self.demand, self.matcher, self.weights, self.shared = nodes, demand, matcher, weights, shared
         # Nodes of one model match a demand that reads no device identity alike: its key is worked
         # out once per model, so a new pod shape costs a few dictionary reads per node (at 10,000
         # nodes a method call or two more per node was a third of its first prioritize).
-        by_model: dict[int, object] | None = {} if self.matcher.alike_by_model(demand) else None
+        self._by_model: dict[int, object] | None = {} if matcher.alike_by_model(demand) else None
+
+    def fill(self, usage: Mapping[str, Usage], names: list[str], scores: dict[str, int]) -> None:
         for name in names:
-            node = view.nodes.get(name)
-            if node is None:
-                scores[name] = 0
-                continue
-            used = usage[name]
-            if by_model is None:
-                key = self.matcher.demand_key(node, demand)
-            else:
-                key = by_model.get(node.model)
-                if key is None:
-                    key = by_model[node.model] = self.matcher.demand_key(node, demand)
-            alike = (key, id(used))
-            found = shared.get(alike)
-            if found is not None and found[0] is used:  # the entry holds `used`: its id is not reused
-                value = found[1]
-            else:
-                value = score(node, used, demand, self.matcher, self.config.weights)
-                shared[alike] = (used, value)
-            scores[name] = value
+            scores[name] = self.value(name, usage[name]) if name in self.nodes else 0
+
+    def value(self, name: str, used: Usage) -> int:
+        node = self.nodes[name]
+        if self._by_model is None:
+            key = self.matcher.demand_key(node, self.demand)
+        else:
+            key = self._by_model.get(node.model)
+            if key is None:
+                key = self._by_model[node.model] = self.matcher.demand_key(node, self.demand)
+        alike = (key, id(used))
+        found = self.shared.get(alike)
+        if found is not None and found[0] is used:  # the entry holds `used`: its id is not reused
+            return found[1]
+        value = score(node, used, self.demand, self.matcher, self.weights)
+        self.shared[alike] = (used, value)
+        return value
