@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]]
     "slices": lambda api, _plane: bench_slices.run(api),
     "prepare": lambda api, plane: bench_prepare.run(api, plane.kubeconfig),
     "extender": bench_extender.run,
+    "extender_mixed": bench_extender.run_mixed,
     "scheduler": bench_scheduler.run,
     "scheduler_5000": bench_scheduler.run_large,
     "native_gang": bench_native_gang.run,

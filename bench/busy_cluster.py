@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from bench.timing import Timing, measure, report
 from extender.cluster.informer import LIST_PAGE, list_kind
@@ -217,7 +217,7 @@ class Client:
 
 
 @contextlib.contextmanager
-def serving(app: FastAPI) -> Iterator[int]:
+def serving(app: ASGIApp) -> Iterator[int]:
     """`app` under uvicorn (the extender's server, settings as `nativedra extender` sets them) on a
     loopback port of its own; yields the port."""
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say so, as uvicorn's own

@@ -24,8 +24,8 @@ from typing import Any
 
 import uvicorn
 import uvloop
-from fastapi import FastAPI
 from kubernetes.client import ApiClient
+from starlette.types import ASGIApp
 
 from extender.cluster.informer import DEFAULT_NAMESPACE, run_informer
 from extender.cluster.state import ClusterState
@@ -71,7 +71,7 @@ def _tls(args: argparse.Namespace) -> dict[str, Any] | str:
 
 
 def _server(
-    app: FastAPI, args: argparse.Namespace, port: int, reloading: ReloadingTls | None = None, **extra: Any
+    app: ASGIApp, args: argparse.Namespace, port: int, reloading: ReloadingTls | None = None, **extra: Any
 ) -> uvicorn.Server:
     config = uvicorn.Config(
         app,

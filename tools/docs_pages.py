@@ -391,18 +391,35 @@ _AFTER_CALLS = {
 
 def extender_tables(results: list[Result]) -> list[str]:
     """`bench-results/extender.json`: one column per cluster size."""
+    return _latency_tables(results, _p50_p99, "p50 / p99 ms")
+
+
+def extender_mixed_tables(results: list[Result]) -> list[str]:
+    """`bench-results/extender_mixed.json`: one column per cluster size, maxima included."""
+    return _latency_tables(results, _p50_p99_max, "p50 / p99 / max ms")
+
+
+def _p50_p99_max(figures: dict[str, Any] | None) -> str:
+    return "-" if not figures else f"{ms(figures['p50_ms'])} / {ms(figures['p99_ms'])} / {ms(figures['max_ms'])}"
+
+
+def _latency_tables(results: list[Result], figure: Callable[[dict[str, Any] | None], str], unit: str) -> list[str]:
     sizes = [latency for result in results for _, latency in sorted(result.document["latency"].items(), key=_size)]
     rows = [["last LIST answered until /readyz answers 200", *(ms(s["ready"]["p50_ms"]) for s in sizes)]]
-    rows += [[label, *(_p50_p99(s.get(key)) for s in sizes)] for key, label in _FIRST_CALLS.items()]
+    if all("list_to_ready" in s for s in sizes):
+        rows.append(
+            ["every LIST's bytes read until /readyz answers 200", *(ms(s["list_to_ready"]["p50_ms"]) for s in sizes)]
+        )
+    rows += [[label, *(figure(s.get(key)) for s in sizes)] for key, label in _FIRST_CALLS.items()]
     rows += [
-        [f"{verb}, {shape_label}, {mix_label}", *(_p50_p99(s.get(f"{verb}_{shape}{mix}")) for s in sizes)]
+        [f"{verb}, {shape_label}, {mix_label}", *(figure(s.get(f"{verb}_{shape}{mix}")) for s in sizes)]
         for mix, mix_label in _MIXES.items()
         for shape, shape_label in _SHAPES.items()
         for verb in ("filter", "prioritize")
     ]
-    rows += [[label, *(_p50_p99(s.get(key)) for s in sizes)] for key, label in _AFTER_CALLS.items()]
+    rows += [[label, *(figure(s.get(key)) for s in sizes)] for key, label in _AFTER_CALLS.items()]
     rows.append(["process RSS, MiB", *(number(s["rss"]["mib"], ",.0f") for s in sizes)])
-    header = ["p50 / p99 ms", *(f"{number(s['nodes'])} nodes" for s in sizes)]
+    header = [unit, *(f"{number(s['nodes'])} nodes" for s in sizes)]
     return ["## Results", "", *table(header, rows, numeric=range(1, len(sizes) + 1))]
 
 
@@ -456,6 +473,13 @@ BENCHMARKS = (
     Benchmark("prepare", "NodePrepareResources", "python -m bench prepare", "prepare.json", prepare_tables),
     Benchmark(
         "extender", "The extender on a busy cluster", "python -m bench extender", "extender.json", extender_tables
+    ),
+    Benchmark(
+        "extender_mixed",
+        "The extender on a busy cluster of mixed GPUs, shipped publishing defaults",
+        "python -m bench extender_mixed",
+        "extender_mixed.json",
+        extender_mixed_tables,
     ),
     Benchmark(
         "scheduler",

@@ -26,5 +26,3 @@ def test_valid_values_round_up_to_the_next_one_and_refuse_past_the_last() -> Non
     assert device.consumption({"slots": Decimal(5)}) is None
     assert device.consumption({"other": Decimal(1)}) is None, "a capacity the device lacks"
     assert device.allocations == 4
-
-

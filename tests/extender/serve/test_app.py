@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from extender.cluster.state import ClusterState
 from extender.plan.config import ExtenderConfig
@@ -70,7 +70,7 @@ class Client:
 
 
 @contextlib.contextmanager
-def serving(app: FastAPI) -> Iterator[Client]:
+def serving(app: ASGIApp) -> Iterator[Client]:
     port = loopback_port()
     with running(uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))):
         yield Client(port)
