@@ -85,7 +85,7 @@ def hold_clock(
     it starts at the gang's last progress, as read from the API. `changed`, when given, names every
     node whose usage may differ from what `previous` saw (it was made on these node objects, for
     these members): only those are looked at."""
-    members = frozenset((m.pod, m.node, m.done) for m in gang.members)
+    members = gang.progress
 
     def usable() -> UsageOn:  # only expired gangs look at usage: most plans skip the nodes
         return UsageOn(usage, gang.usable_nodes(nodes))

@@ -42,6 +42,7 @@ class Seen:
     members: list[Member]
     usable: frozenset[str]
     clock: HoldClock
+    gang: Gang  # the very object: planned again unchanged (only usage moved), it needs no comparing
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,8 @@ class Incremental:
         if self.memo is None:
             return None
         seen = self.memo.seen.get(gang.ref.key)
+        if seen is not None and seen.gang is gang:
+            return seen
         if seen is None or seen.ref != gang.ref or not _same_members(seen.members, gang.members):
             return None
         return seen
@@ -270,7 +273,7 @@ class IncrementalPlanning(Planning):
     def run(self, gangs: list[Gang]) -> IncrementalPlan:
         result = super().run(gangs)
         seen = {
-            g.ref.key: Seen(g.ref, list(g.members), self.usable[g.ref.key], result.clocks[g.ref.key])
+            g.ref.key: Seen(g.ref, list(g.members), self.usable[g.ref.key], result.clocks[g.ref.key], g)
             for g in gangs
             if g.ref.key in self.usable
         }

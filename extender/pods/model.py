@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from extender.devices.lru import LruCache
@@ -101,8 +102,18 @@ class Gang:
 
     def anchor(self) -> float:
         """When the gang last made progress (created, or a member bound)."""
+        return self._anchor
+
+    @cached_property
+    def _anchor(self) -> float:
         times = [m.created for m in self.members] + [m.bound_at for m in self.members if m.bound_at]
         return max(times) if self.placed else min(m.created for m in self.members)
+
+    @cached_property
+    def progress(self) -> frozenset[tuple[str, str | None, bool]]:
+        """Each member and where it stands (node, done): a hold clock restarts when this changes.
+        Members are fixed once planning starts, and a gang is planned again and again unchanged."""
+        return frozenset((m.pod, m.node, m.done) for m in self.members)
 
     def representative(self, part: Part | None = None) -> Member | None:
         """Who stands for members not created yet: the newest member still to be placed (else the

@@ -48,8 +48,8 @@ def test_changed_members_start_a_new_hold() -> None:
     gang = _gang(2)
     lapsed = _clock(gang, None, _full(NODES), now=1000.0)
     assert lapsed.expired
-    gang.members.append(Member("ns/g-2", None, EIGHT, 2.0))
-    assert _clock(gang, lapsed, _full(NODES), now=1001.0) == HoldClock(1001.0, _members(gang), False)
+    grown = Gang(gang.ref, [*gang.members, Member("ns/g-2", None, EIGHT, 2.0)])  # members are fixed per object
+    assert _clock(grown, lapsed, _full(NODES), now=1001.0) == HoldClock(1001.0, _members(grown), False)
 
 
 def test_an_expired_hold_starts_again_only_where_room_is_freed() -> None:

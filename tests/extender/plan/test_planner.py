@@ -79,9 +79,9 @@ def test_an_expired_hold_waits_behind_others_until_its_members_change() -> None:
         nodes, usage, [stale], matcher, now=700.0, limits=PlanLimits(timeout=300.0), clocks=expired.clocks
     )
     assert later.plans["ns/gang:stale"].expired and later.holders == {}, "one timeout later it still holds nothing"
-    stale.members.append(last)
+    whole = Gang(stale.ref, [*stale.members, last])  # the state makes a new gang when its members change
     changed = plan_cluster(
-        nodes, usage, [stale], matcher, now=760.0, limits=PlanLimits(timeout=300.0), clocks=later.clocks
+        nodes, usage, [whole], matcher, now=760.0, limits=PlanLimits(timeout=300.0), clocks=later.clocks
     )
     assert not changed.plans["ns/gang:stale"].expired and sum(len(h) for h in changed.holders.values()) == 4
 
