@@ -3,7 +3,9 @@ a view; planning is extender.plan.current's, membership extender.cluster.members
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import threading
 import time
 from collections.abc import Collection, Mapping
@@ -241,9 +243,7 @@ class Decider:
             return last.scores
         else:
             scores = dict(last.scores)
-            nodes, before, used_before = view.nodes, last.nodes, last.usage
-            stale = [n for n in names if usage.get(n) is not used_before.get(n) or nodes.get(n) is not before.get(n)]
-            self._score(view, usage, demand, stale, scores)
+            self._score(view, usage, demand, _moved(names, view.nodes, last.nodes, usage, last.usage), scores)
         self._answers.put(demand, _Answer(names, view.nodes, usage, scores))
         return scores
 
@@ -319,3 +319,20 @@ class _Scorer:
         value = score(node, used, self.demand, self.matcher, self.weights)
         self.shared[alike] = (used, value)
         return value
+
+
+def _moved(
+    names: list[str],
+    nodes: Mapping[str, Node],
+    nodes_before: Mapping[str, Node],
+    usage: Mapping[str, Usage],
+    usage_before: Mapping[str, Usage],
+) -> list[str]:
+    """The names whose node or usage object is not the one it was: compared in C loops (a list
+    comprehension over every name the scheduler sends was a tenth of a 1-GPU pod's CPU at 500 nodes)."""
+    moved = set(itertools.compress(names, map(operator.is_not, map(usage.get, names), map(usage_before.get, names))))
+    if nodes is not nodes_before:
+        moved.update(
+            itertools.compress(names, map(operator.is_not, map(nodes.get, names), map(nodes_before.get, names)))
+        )
+    return list(moved)

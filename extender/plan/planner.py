@@ -588,7 +588,7 @@ def _plan_in_budget(
 
 
 def _by_age(gangs: list[Gang]) -> list[Gang]:
-    return sorted(gangs, key=lambda g: (min(m.created for m in g.members), g.ref.key))
+    return sorted(gangs, key=lambda g: (g.created, g.ref.key))
 
 
 class Planning:

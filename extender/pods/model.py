@@ -110,6 +110,11 @@ class Gang:
         return max(times) if self.placed else min(m.created for m in self.members)
 
     @cached_property
+    def created(self) -> float:
+        """When its first member was created: gangs hold room oldest first."""
+        return min(m.created for m in self.members)
+
+    @cached_property
     def progress(self) -> frozenset[tuple[str, str | None, bool]]:
         """Each member and where it stands (node, done): a hold clock restarts when this changes.
         Members are fixed once planning starts, and a gang is planned again and again unchanged."""
