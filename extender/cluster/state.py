@@ -79,6 +79,7 @@ class ClusterState:
         self._snapshots: dict[str, dict[Key, Any]] = {}  # pods: their facts
         self._view: ClusterView | None = None
         self._since_freeze = 0  # watch events applied since the objects were last frozen
+        self._replacing = False  # a LIST is being stored: the journal restarts at its end
 
     # Watch events between two freezes of the objects held (see `apply`).
     REFREEZE_EVENTS = 100
@@ -104,24 +105,32 @@ class ClusterState:
             self._absent.discard(kind)
             if kind in NATIVE_KINDS:
                 self._native = None
-            for key in list(self.objects[kind]):
-                self._forget(kind, key)
-            if kind == "pods":
-                self._room.pods_relisted()
-            for item in items:
-                self._store(kind, item)
+            self._replacing = True
+            try:
+                for key in list(self.objects[kind]):
+                    self._forget(kind, key)
                 if kind == "pods":
-                    self._room.account(object_key(item), item)
+                    self._room.pods_relisted()
+                for item in items:
+                    self._store(kind, item)
+                    if kind == "pods":
+                        self._room.account(object_key(item), item)
+            finally:
+                self._replacing = False
             self._synced.add(kind)
             self.version += 1
             self._journal.restart(self.version)  # a whole kind replaced: readers look at everything
 
     def replace_slices(self, items: list[PublishedSlice]) -> None:
         with self.lock:
-            for key in list(self.slices):
-                self._forget_slice(key)
-            for item in items:
-                self._store_slice(item)
+            self._replacing = True
+            try:
+                for key in list(self.slices):
+                    self._forget_slice(key)
+                for item in items:
+                    self._store_slice(item)
+            finally:
+                self._replacing = False
             self._synced.add(SLICES)
             self.version += 1
             self._journal.restart(self.version)
@@ -201,6 +210,8 @@ class ClusterState:
         self._view = None
         if kind in ("resourceclaims", "resourceclaimtemplates"):
             self._members.object_changed(kind, key)
+        if self._replacing:
+            return  # the journal restarts once the whole kind is in
         if kind in JOURNALED:
             self._journal.note((kind, key), self.version + 1)
         else:
