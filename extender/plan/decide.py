@@ -85,11 +85,13 @@ class Decider:
         self.matcher = matcher or Matcher(Selectors(), config.driver)
         self.plans = plans or CurrentPlan(config, self.matcher)
         self._in_flight = InFlight()  # gang members admitted and not yet shown placed (extender.plan.in_flight)
-        # demand -> (shape of the matching devices, id of the usage) -> (usage, score): one score
-        # serves every node built and used alike, so a new pod shape is scored once per kind of
-        # node, not once per node. At most SCORE_DEMANDS demands (least recently used out), each
-        # at most twice the view's nodes (cleared past that).
-        self._shared_scores: LruCache[Demand, dict[tuple[object, ...], tuple[Usage, int]]] = LruCache(
+        # What a demand asks besides its selectors (`_asks`) -> (shape of the devices its selectors
+        # match on a node, id of the usage) -> (usage, score): a score is read from those alone, so
+        # one serves every node built and used alike, and every demand whose selectors match the
+        # same devices there (two teams' templates selecting the same GPUs by other attributes). At
+        # most SCORE_DEMANDS such asks (least recently used out), each at most twice the view's
+        # nodes (cleared past that).
+        self._shared_scores: LruCache[object, dict[tuple[object, ...], tuple[Usage, int]]] = LruCache(
             self.SCORE_DEMANDS
         )
         # demand -> its last answer, what `prioritize` starts the next one from. Bounded the same way.
@@ -274,10 +276,11 @@ class Decider:
         self._scorer(view, demand).fill(usage, names, scores)
 
     def _scorer(self, view: ClusterView, demand: Demand) -> _Scorer:
-        shared = self._shared_scores.get(demand)
+        asks = _asks(demand)
+        shared = self._shared_scores.get(asks)
         if shared is None or len(shared) > 2 * len(view.nodes):
             shared = {}
-            self._shared_scores.put(demand, shared)
+            self._shared_scores.put(asks, shared)
         return _Scorer(view.nodes, demand, self.matcher, self.config.weights, shared)
 
 
@@ -319,6 +322,17 @@ class _Scorer:
         value = score(node, used, self.demand, self.matcher, self.weights)
         self.shared[alike] = (used, value)
         return value
+
+
+def _asks(demand: Demand) -> object:
+    """All that scoring reads of `demand` besides the devices its selectors match (which
+    `Matcher.demand_key` gives per node): each request's count, capacity, matchAttribute, mode and
+    partners, and the pod's other-driver partners. Partners' selectors are part of it: scores that
+    read other drivers' devices are keyed by node, not by shape."""
+    return (
+        tuple((r.count, r.capacity, r.match_attribute, r.all_devices, r.partners) for r in demand.requests),
+        demand.partners,
+    )
 
 
 def _moved(

@@ -66,6 +66,10 @@ def _busy_state(rng: random.Random) -> tuple[ClusterState, list[dict[str, Any]],
         _template("two", 2),
         _template("four-same-numa", 4, match=f"{DRIVER}/numaNode"),
         _template("not-one-gpu", 1, selector=f"device.attributes['{DRIVER}'].uuid != '{uuid_of[(target, 'gpu-3')]}'"),
+        # Asks as "two" does with other selectors: matching the same devices (its scores are
+        # shared with "two"'s), and matching fewer (they must not be).
+        _template("two-by-product", 2, selector=f"device.attributes['{DRIVER}'].productName.startsWith('NVIDIA')"),
+        _template("two-low-index", 2, selector=f"device.attributes['{DRIVER}'].index < 4"),
     ]
     state = ClusterState(DRIVER)
     objects = {

@@ -210,3 +210,12 @@ def test_readyz_waits_for_every_first_list_then_for_the_first_plan() -> None:
             assert time.monotonic() < deadline, answer.text
             time.sleep(0.02)
         assert decider.warm.is_set() and decider.plans.snapshot is not None, "planned before ready"
+
+
+def test_the_verbs_answer_ahead_of_the_app_and_the_app_keeps_the_rest(client: Client) -> None:
+    """POSTs of the verbs are answered before FastAPI's stack; any other method or path is the app's."""
+    answered = client.post("/filter", request_body(request_pod()))
+    assert answered.status_code == 200 and "NodeNames" in answered.json()
+    assert client.get("/filter").status_code == 405, "a verb is POSTed only, as before"
+    assert client.post("/nothing", b"{}").status_code == 404
+    assert client.get("/healthz").status_code == 200
