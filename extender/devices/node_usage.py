@@ -50,6 +50,11 @@ class NodeDevice:
         return self._attributes.get(name)
 
     @cached_property
+    def counter_sets(self) -> tuple[str, ...]:
+        """The counter sets it draws on, or is grouped by."""
+        return tuple(dict.fromkeys([counter_set for counter_set, _ in self.consumes + self.groups]))
+
+    @cached_property
     def part(self) -> bool:
         """A fraction or share of a GPU (fraction packing prefers GPUs already shared for these)."""
         return self.attribute("type") in ("fraction", "share")
@@ -165,6 +170,20 @@ class DeviceSet:
             return len(devices)  # one allocation each
         return total_allocations(device.allocations for device in devices)
 
+    @cached_property
+    def fitting_unused(self) -> frozenset[str]:
+        """The devices whose counters fit their sets' totals while nothing draws on those sets:
+        free on any node of the model where their sets are untouched and they are not in use."""
+        return frozenset(name for name, device in self.devices.items() if fits_unused(device, self.counters))
+
+
+def fits_unused(device: NodeDevice, totals: Mapping[str, Mapping[str, Decimal]]) -> bool:
+    return all(
+        amount <= totals.get(counter_set, {}).get(name, Decimal(0))
+        for counter_set, counters in device.consumes
+        for name, amount in counters
+    )
+
 
 @dataclass
 class Node:
@@ -243,6 +262,12 @@ class Node:
             return device.view
         attributes = {**(device.raw.get("attributes") or {}), **own}
         return device_view(device.driver, {**device.raw, "attributes": attributes})
+
+    def fits_unused(self, device: NodeDevice) -> bool:
+        """`DeviceSet.fitting_unused`, for any node."""
+        if self.device_set is not None:
+            return device.name in self.device_set.fitting_unused
+        return fits_unused(device, self.counters)
 
     def attribute_of(self, device: NodeDevice, name: str) -> Any:
         """`device.attribute(name)`, identity attributes read from this node."""

@@ -340,7 +340,24 @@ def count_members(node: Node, usage: Usage, demand: Demand, limit: int, matcher:
 
 
 def free_matching(node: Node, usage: Usage, request: Request, matcher: Matcher) -> list[NodeDevice]:
-    return [d for d in matcher.matching(node, request.selectors) if available(node, usage, d, request)]
+    """The matching devices `available` finds free. A whole device none of whose counter sets is
+    drawn on needs no counting: it is free where it is not in use and fits its sets unused (worked
+    out once per model). A new pod shape's first scores ask this of every matching device of a
+    thousand or more node groups at 10,000 nodes."""
+    used, counters, grouped = usage.devices, usage.counters, usage.groups
+    free = []
+    for device in matcher.matching(node, request.selectors):
+        if device.multi:
+            if available(node, usage, device, request):
+                free.append(device)
+        elif device.name in used:
+            continue
+        elif any(counter_set in counters or counter_set in grouped for counter_set in device.counter_sets):
+            if _counters_allow(node, usage, device):
+                free.append(device)
+        elif node.fits_unused(device):
+            free.append(device)
+    return free
 
 
 def _servings(device: NodeDevice, request: Request) -> int | None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
 from decimal import Decimal
+
+import pytest
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
@@ -10,7 +13,7 @@ from dra_driver.publishing.slices import build_slices
 from extender.devices.cel_eval import Selectors
 from extender.devices.node_usage import Node, Usage, take
 from extender.devices.slices import nodes_from
-from extender.plan.capacity import Matcher, available, members_fit
+from extender.plan.capacity import Matcher, available, consumed, free_matching, members_fit
 from extender.pods.demand import Demand, Request
 from testkit.builders import DRIVER, FRACTION, GPU, SHARE, gpu_nodes, node_objects
 
@@ -91,3 +94,43 @@ def test_a_selector_on_a_devices_identity_is_matched_device_by_device() -> None:
     assert len(_matched(nodes, f"device.attributes['{DRIVER}'].uuid != 'GPU-a-gpu-3'")["b"]) == 8
     pci = "device.attributes['resource.kubernetes.io'].pciBusID == 'b:gpu-5'"
     assert _matched(nodes, pci) == {"a": [], "b": ["gpu-5"]}
+
+
+def _random_usage(node: Node, rng: random.Random, matcher: Matcher) -> Usage:
+    """Random devices of every kind taken one after the other, each only while it is available."""
+    usage = Usage()
+    anything = Request((), 1)
+    devices = list(node.devices.values())
+    for device in rng.sample(devices, rng.randint(0, min(12, len(devices)))):
+        taken = consumed(node, usage, device, anything)
+        if taken is not None:
+            take(usage, device, taken)
+    return usage
+
+
+@pytest.mark.parametrize(
+    ("profile", "publish"),
+    [
+        ("h100-8x", PublishConfig()),
+        ("h100-8x", PublishConfig(mig_or_fractions=True)),
+        ("a100-8x", PublishConfig(share_gpus="all")),
+    ],
+    ids=["shipped", "mig-or-fractions", "shares"],
+)
+def test_free_matching_finds_what_available_finds(profile: str, publish: PublishConfig) -> None:
+    """`free_matching` skips counting for untouched counter sets; device by device `available`
+    decides the same on random usages, for whole GPUs, fractions, MIG placements and shares."""
+    inventory = load_profile(resolve_profile(profile))
+    slices = [{"metadata": {"name": f"n-{i}"}, "spec": s} for i, s in enumerate(build_slices(inventory, publish, "n"))]
+    node = nodes_from([{"metadata": {"name": "n"}}], slices, DRIVER)["n"]
+    matcher = Matcher(Selectors(), DRIVER)
+    requests = [Request((GPU,), 1), Request((FRACTION,), 1), Request((SHARE,), 1, (("compute", Decimal(25)),))]
+    rng = random.Random(7)  # noqa: S311 - reproducible usages, not secrets
+    checked = 0
+    for _ in range(200):
+        usage = _random_usage(node, rng, matcher)
+        for request in requests:
+            expected = [d for d in matcher.matching(node, request.selectors) if available(node, usage, d, request)]
+            assert free_matching(node, usage, request, matcher) == expected
+            checked += len(expected)
+    assert checked > 0
