@@ -145,8 +145,8 @@ class DomainMemo:
 
     def __init__(self, nodes: dict[str, Node]) -> None:
         self.nodes = nodes
-        # (id of the usable set, level) -> (that set, domain -> names): the entry keeps the set alive.
-        self._domains: dict[tuple[int, str | None], tuple[frozenset[str], dict[str, list[str]]]] = {}
+        # (usable set, level) -> domain -> names.
+        self._domains: dict[tuple[frozenset[str], str | None], dict[str, list[str]]] = {}
         # (id of a domain's names, demand, need) -> (those names, their usage objects, the fit).
         self._fits: dict[tuple[int, Demand, int], tuple[list[str], list[Usage], _DomainFit]] = {}
         # id of a usage mapping the plan changes in place -> the names changed there, change by change.
@@ -159,11 +159,13 @@ class DomainMemo:
         (sorting 5,000 names for each partly placed gang was 44% of a plan's time while 1-GPU pods
         and gangs were scheduled at 5,000 nodes), then narrowed to where its members are."""
         usable = gang.usable_nodes(self.nodes, part)
-        key = (id(usable), level)
-        found = self._domains.get(key)
-        if found is None or found[0] is not usable:
-            found = self._domains[key] = (usable, _domains_of(self.nodes, level, usable))
-        return _placed_in(found[1], self.nodes, level, gang, part)
+        # By value: an equal set made anew (another nodes mapping of the same node objects, a
+        # stand-in's set recomputed) finds the same domains, whose name lists key the fits kept.
+        key = (usable, level)
+        domains = self._domains.get(key)
+        if domains is None:
+            domains = self._domains[key] = _domains_of(self.nodes, level, usable)
+        return _placed_in(domains, self.nodes, level, gang, part)
 
     def fit(
         self,
