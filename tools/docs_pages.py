@@ -391,19 +391,22 @@ _AFTER_CALLS = {
 
 def extender_tables(results: list[Result]) -> list[str]:
     """`bench-results/extender.json`: one column per cluster size."""
-    return _latency_tables(results, _p50_p99, "p50 / p99 ms")
+    return _latency_tables(results, _p50_p99, "p50 / p99 ms", _SHAPES)
 
 
 def extender_mixed_tables(results: list[Result]) -> list[str]:
     """`bench-results/extender_mixed.json`: one column per cluster size, maxima included."""
-    return _latency_tables(results, _p50_p99_max, "p50 / p99 / max ms")
+    shapes = {**_SHAPES, "member": "gang member 8 x 8 GPUs, one rack"}
+    return _latency_tables(results, _p50_p99_max, "p50 / p99 / max ms", shapes)
 
 
 def _p50_p99_max(figures: dict[str, Any] | None) -> str:
     return "-" if not figures else f"{ms(figures['p50_ms'])} / {ms(figures['p99_ms'])} / {ms(figures['max_ms'])}"
 
 
-def _latency_tables(results: list[Result], figure: Callable[[dict[str, Any] | None], str], unit: str) -> list[str]:
+def _latency_tables(
+    results: list[Result], figure: Callable[[dict[str, Any] | None], str], unit: str, shapes: dict[str, str]
+) -> list[str]:
     sizes = [latency for result in results for _, latency in sorted(result.document["latency"].items(), key=_size)]
     rows = [["last LIST answered until /readyz answers 200", *(ms(s["ready"]["p50_ms"]) for s in sizes)]]
     if all("list_to_ready" in s for s in sizes):
@@ -414,7 +417,7 @@ def _latency_tables(results: list[Result], figure: Callable[[dict[str, Any] | No
     rows += [
         [f"{verb}, {shape_label}, {mix_label}", *(figure(s.get(f"{verb}_{shape}{mix}")) for s in sizes)]
         for mix, mix_label in _MIXES.items()
-        for shape, shape_label in _SHAPES.items()
+        for shape, shape_label in shapes.items()
         for verb in ("filter", "prioritize")
     ]
     rows += [[label, *(figure(s.get(key)) for s in sizes)] for key, label in _AFTER_CALLS.items()]
