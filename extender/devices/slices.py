@@ -5,8 +5,8 @@ slice only its identity values and pool. The raw slices are never kept.
 Slices are read from the API's JSON bytes. A slice's devices are not decoded into dicts: at 10,000
 nodes publishing the shipped defaults that is 1.2 million devices and 950 MB of JSON per LIST,
 about 9 s on the 2-core machine the benchmarks run on. Instead the identity values are cut out of
-the devices' bytes in one pass (`_IDENTITY`), what remains is hashed, and only the first slice of
-each hash is decoded and made into a table. That first decoding also checks that the cut found every
+the devices' bytes in one pass (`_IDENTITY`), what remains is the table's key, and only the first
+slice of each key is decoded and made into a table. That first decoding also checks that the cut found every
 identity attribute and nothing else; a slice where it did not (an identity value with escaped
 characters, one that is no string) gets a table of its own, decoded whole.
 """
@@ -94,7 +94,6 @@ class SliceTable:
     slots: tuple[tuple[str, str], ...]
     # Device name -> ((index into the values, attribute), ...)
     by_device: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
-    __weakref__: Any = field(default=None, init=False, repr=False, compare=False)
 
 
 class PublishedSlice(NamedTuple):
