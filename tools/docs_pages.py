@@ -426,6 +426,58 @@ def _latency_tables(
     return ["## Results", "", *table(header, rows, numeric=range(1, len(sizes) + 1))]
 
 
+def scheduler_tables(results: list[Result]) -> list[str]:
+    """`bench-results/scheduler.json`: per size, each workload's rounds alone and with the extender,
+    and each process's CPU per 1-GPU pod."""
+    lines: list[str] = []
+    for result in results:
+        for nodes, size in sorted(result.document["sizes"].items(), key=_size):
+            lines += [f"## {number(int(nodes))} nodes", ""]
+            rows = [
+                _rates_row("1-GPU pods per second, round by round", size["pods"]),
+                _rates_row("pods without claims per second (never sent to the extender)", size["plain_pods"]),
+                [
+                    "gangs complete / partly placed / in one rack, round by round",
+                    *(_gang_rounds(size["gangs"][mode]) for mode in ("without", "with")),
+                    "",
+                ],
+                [
+                    "gang completion p50 / max, round by round",
+                    *(
+                        ", ".join(f"{seconds(g['p50_s'])} / {seconds(g['max_s'])}" for g in size["gangs"][mode])
+                        for mode in ("without", "with")
+                    ),
+                    "",
+                ],
+            ]
+            processes = sorted({name for run in size["pods"]["with"] for name in run["spent"]["cpu_s"]})
+            rows += [
+                [
+                    f"CPU per 1-GPU pod, {name}, ms",
+                    *(_cpu_per_pod(size["pods"][mode], name) for mode in ("without", "with")),
+                    "",
+                ]
+                for name in processes
+            ]
+            lines += table(["figure", "scheduler alone", "with the extender", "with / alone"], rows)
+    return lines
+
+
+def _rates_row(label: str, runs: dict[str, Any]) -> list[str]:
+    rates = [", ".join(number(run["pods_per_s"], ".1f") for run in runs[mode]) for mode in ("without", "with")]
+    rounds = ", ".join(number(r, ".2f") for r in runs["round_ratios"])
+    return [label, *rates, f"**{ratio(runs['ratio'])}** ({rounds})"]
+
+
+def _gang_rounds(runs: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{g['complete']}/{g['gangs']} / {g['partial']} / {g['in_one_rack']}" for g in runs)
+
+
+def _cpu_per_pod(runs: list[dict[str, Any]], process: str) -> str:
+    spent = [(run["spent"]["cpu_s"].get(process), run["pods"]) for run in runs]
+    return ", ".join("-" if cpu is None else number(cpu * 1000 / pods, ".1f") for cpu, pods in spent)
+
+
 def _size(item: tuple[str, Any]) -> int:
     return int(item[0])
 
@@ -489,7 +541,7 @@ BENCHMARKS = (
         "Real kube-scheduler with and without the extender",
         "python -m bench scheduler",
         "scheduler.json",
-        generic_tables,
+        scheduler_tables,
     ),
     Benchmark(
         "scheduler_5000",
