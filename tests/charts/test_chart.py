@@ -250,7 +250,8 @@ def test_generated_certificates_serve_the_extender_and_its_scheduler(helm: Helm)
         assert cert.issuer == ca.subject
         assert cert.signature_hash_algorithm is not None
         public.verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(), cert.signature_hash_algorithm)
-        assert cert.not_valid_after_utc - dt.datetime.now(dt.UTC) > dt.timedelta(days=360)
+        assert dt.timedelta(days=364) < cert.not_valid_after_utc - dt.datetime.now(dt.UTC) <= dt.timedelta(days=365)
+    assert dt.timedelta(days=3649) < ca.not_valid_after_utc - dt.datetime.now(dt.UTC) <= dt.timedelta(days=3650)
     names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert names.get_values_for_type(x509.DNSName) == [f"nativedra-extender.{NAMESPACE}.svc"]
     assert client.subject.rfc4514_string() == "CN=kube-scheduler"
@@ -259,6 +260,11 @@ def test_generated_certificates_serve_the_extender_and_its_scheduler(helm: Helm)
         key = serialization.load_pem_private_key(pem(secret, "tls.key"), password=None)
         certificate = x509.load_pem_x509_certificate(pem(secret, "tls.crt"))
         assert key.public_key() == certificate.public_key()
+
+
+def test_a_ca_shorter_lived_than_its_leaves_is_refused(helm: Helm) -> None:
+    with pytest.raises(HelmError, match="caValidityDays"):
+        helm.template({"extender": {"tls": {"generate": True, "validityDays": 400, "caValidityDays": 365}}})
 
 
 def test_secret_names_follow_their_values(helm: Helm) -> None:
