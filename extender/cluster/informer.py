@@ -24,7 +24,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from extender.cluster.reservation import LABEL as PREEMPTION_LABEL
 from extender.cluster.state import NATIVE_KINDS, SLICES, ClusterState
-from extender.devices.slices import SliceError, published_slice, slice_list
+from extender.devices.slices import SliceError, published_slice, slice_key, slice_list
 from nativedra.base.gcutil.collector import built_in_bulk
 from nativedra.base.kube.resources import (
     COSCHEDULING_POD_GROUPS,
@@ -154,8 +154,7 @@ def _apply_slice_event(state: ClusterState, event: str, raw: bytes) -> None:
         state.apply_slice(event, published.key, published)
     except SliceError as error:
         log.error("ignoring a ResourceSlice %s event: %s", event, error)
-        metadata = (msgspec.json.decode(raw).get("metadata") or {}) if raw else {}
-        state.apply_slice(event, (metadata.get("namespace") or "", metadata.get("name") or ""), None)
+        state.apply_slice(event, slice_key(raw), None)
 
 
 def watch_kind(

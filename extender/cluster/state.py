@@ -15,8 +15,10 @@ models and usages changed between two versions, so readers look at those instead
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from extender.cluster.device_index import DeviceIndex
@@ -103,37 +105,37 @@ class ClusterState:
         if kind == SLICES:
             self.replace_slices([kept for item in items if (kept := _read_slice(item)) is not None])
             return
-        with self.lock:
+        with self._relisting(kind):
             self._absent.discard(kind)
             if kind in NATIVE_KINDS:
                 self._native = None
-            self._replacing = True
-            try:
-                for key in list(self.objects[kind]):
-                    self._forget(kind, key)
+            for key in list(self.objects[kind]):
+                self._forget(kind, key)
+            if kind == "pods":
+                self._room.pods_relisted()
+            for item in items:
+                self._store(kind, item)
                 if kind == "pods":
-                    self._room.pods_relisted()
-                for item in items:
-                    self._store(kind, item)
-                    if kind == "pods":
-                        self._room.account(object_key(item), item)
-            finally:
-                self._replacing = False
-            self._synced.add(kind)
-            self.version += 1
-            self._journal.restart(self.version)  # a whole kind replaced: readers look at everything
+                    self._room.account(object_key(item), item)
 
     def replace_slices(self, items: list[PublishedSlice]) -> None:
+        with self._relisting(SLICES):
+            for key in list(self.slices):
+                self._forget_slice(key)
+            for item in items:
+                self._store_slice(item)
+
+    @contextlib.contextmanager
+    def _relisting(self, kind: str) -> Iterator[None]:
+        """Around a whole kind replaced: its objects are not journaled one by one, and once it is
+        in, the kind is listed and the journal restarts (readers look at everything)."""
         with self.lock:
             self._replacing = True
             try:
-                for key in list(self.slices):
-                    self._forget_slice(key)
-                for item in items:
-                    self._store_slice(item)
+                yield
             finally:
                 self._replacing = False
-            self._synced.add(SLICES)
+            self._synced.add(kind)
             self.version += 1
             self._journal.restart(self.version)
 

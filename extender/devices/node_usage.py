@@ -7,7 +7,7 @@ lives only in memory.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
@@ -161,20 +161,34 @@ class DeviceSet:
 
     @cached_property
     def model(self) -> int:
-        return _MODELS.number(b"".join(self.published))
+        return model_number(self.published)
 
     @cached_property
     def allocations(self) -> int | None:
-        devices = self.devices.values()
-        if not any(device.multi for device in devices):
-            return len(devices)  # one allocation each
-        return total_allocations(device.allocations for device in devices)
+        return allocation_bound(self.devices.values())
 
     @cached_property
     def fitting_unused(self) -> frozenset[str]:
         """The devices whose counters fit their sets' totals while nothing draws on those sets:
         free on any node of the model where their sets are untouched and they are not in use."""
         return frozenset(name for name, device in self.devices.items() if fits_unused(device, self.counters))
+
+
+def model_number(published: tuple[bytes, ...]) -> int:
+    """The number of the node model made of slice tables with these keys."""
+    return _MODELS.number(b"".join(published))
+
+
+def allocation_bound(devices: Collection[NodeDevice]) -> int | None:
+    """The most allocations `devices` can hold at once (None: unbounded)."""
+    if not any(device.multi for device in devices):
+        return len(devices)  # one allocation each
+    return total_allocations(device.allocations for device in devices)
+
+
+def identity_attributes(places: IdentityPlaces, values: tuple[str, ...], device: str) -> dict[str, dict[str, str]]:
+    """`device`'s identity attributes as one slice publishes them (empty when it publishes none)."""
+    return {attribute: {"string": values[index]} for index, attribute in places.get(device, ())}
 
 
 def fits_unused(device: NodeDevice, totals: Mapping[str, Mapping[str, Decimal]]) -> bool:
@@ -232,7 +246,7 @@ class Node:
         less each device's identity (`IDENTITY_ATTRIBUTES`): nodes of one hardware model and
         configuration share it, so a selector that reads no identity matches the same devices on each
         of them (extender.plan.capacity)."""
-        return _MODELS.number(b"".join(self.published))
+        return model_number(self.published)
 
     def work_out(self) -> None:
         """Work out `model` and `allocations` now, off the request path (`Decider.warm_up`)."""
@@ -242,17 +256,13 @@ class Node:
     def allocations(self) -> int | None:
         """The most allocations all its devices can hold at once (None: unbounded). Devices never
         change in a Node object: the state builds a new one when a slice changes."""
-        devices = self.devices.values()
-        if not any(device.multi for device in devices):
-            return len(devices)  # one allocation each
-        return total_allocations(device.allocations for device in devices)
+        return allocation_bound(self.devices.values())
 
     def identity_of(self, device: str) -> dict[str, dict[str, str]]:
         """`device`'s identity attributes as published here (empty when it publishes none)."""
         for places, values in self.identity:
-            found = places.get(device)
-            if found:
-                return {attribute: {"string": values[index]} for index, attribute in found}
+            if device in places:
+                return identity_attributes(places, values, device)
         return {}
 
     def view_of(self, device: NodeDevice) -> dict[str, Any]:

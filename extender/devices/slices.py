@@ -27,8 +27,10 @@ import msgspec
 from extender.devices.node_usage import (
     IDENTITY_ATTRIBUTES,
     DeviceSet,
+    IdentityPlaces,
     Node,
     NodeDevice,
+    identity_attributes,
     make_device,
     numa_placed,
     partner_device,
@@ -84,16 +86,14 @@ class _List(msgspec.Struct):
 @dataclass(frozen=True, eq=False)
 class SliceTable:
     """What slices alike publish: devices less identity, shared counters, and where each identity
-    value goes (`slots`: device name and attribute, in the order the values are published)."""
+    value goes (`by_device`: a slice's values are in the order it publishes them)."""
 
     key: bytes  # a digest of what it publishes less identity values (a node model is named by these)
     driver: str
     devices: tuple[NodeDevice, ...]
     counters: Mapping[str, Mapping[str, Decimal]]
     counter_sets: tuple[dict[str, Any], ...]  # spec.sharedCounters as published
-    slots: tuple[tuple[str, str], ...]
-    # Device name -> ((index into the values, attribute), ...)
-    by_device: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
+    by_device: IdentityPlaces = field(default_factory=dict)  # device -> ((index into the values, attribute), ...)
 
 
 class PublishedSlice(NamedTuple):
@@ -109,10 +109,9 @@ class PublishedSlice(NamedTuple):
 
     def device_raw(self, device: NodeDevice) -> dict[str, Any]:
         """`device` (one of the table's) as this slice publishes it, identity included."""
-        places = self.table.by_device.get(device.name)
-        if not places:
+        own = identity_attributes(self.table.by_device, self.identity, device.name)
+        if not own:
             return device.raw
-        own = {attribute: {"string": self.identity[index]} for index, attribute in places}
         return {**device.raw, "attributes": {**(device.raw.get("attributes") or {}), **own}}
 
     def as_api(self) -> dict[str, Any]:
@@ -149,12 +148,18 @@ class _Named(msgspec.Struct):
     metadata: _Metadata = msgspec.field(default_factory=_Metadata)
 
 
-def _name_of(data: bytes) -> str:
-    """The name of a slice that cannot be read, for the error to name it ("?" when even that fails)."""
+def slice_key(data: bytes) -> Key:
+    """The key of a slice that cannot be read, so it can be named and forgotten (("", "") when even
+    its metadata cannot be read)."""
     try:
-        return msgspec.json.decode(data, type=_Named).metadata.name or "?"
+        metadata = msgspec.json.decode(data, type=_Named).metadata
     except msgspec.DecodeError:
-        return "?"
+        return "", ""
+    return metadata.namespace, metadata.name
+
+
+def _name_of(data: bytes) -> str:
+    return slice_key(data)[1] or "?"
 
 
 def slice_list(body: bytes) -> tuple[list[PublishedSlice], str, str]:
@@ -211,7 +216,7 @@ def _table(
     key: bytes, driver: str, counters: bytes, devices: bytes, where: str, *, whole: bool = False
 ) -> tuple[SliceTable, tuple[str | None, ...]]:
     """The table of a slice publishing `devices` and `counters`, and the identity values it found
-    (None for one that is no string), in the order of its slots. `whole`: identities are kept."""
+    (None for one that is no string), in the order they are published. `whole`: identities are kept."""
     try:
         raws = msgspec.json.decode(devices) or []
         counter_sets = msgspec.json.decode(counters) or []
@@ -239,7 +244,7 @@ def _table(
     for index, (device, attribute) in enumerate(slots):
         by_device.setdefault(device, []).append((index, attribute))
     by_device_kept = {device: tuple(places) for device, places in by_device.items()}
-    table = SliceTable(key, driver, tuple(made), shared, tuple(counter_sets), tuple(slots), by_device_kept)
+    table = SliceTable(key, driver, tuple(made), shared, tuple(counter_sets), by_device_kept)
     return table, tuple(found)
 
 

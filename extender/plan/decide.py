@@ -8,7 +8,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -344,9 +344,11 @@ def _moved(
 ) -> list[str]:
     """The names whose node or usage object is not the one it was: compared in C loops (a list
     comprehension over every name the scheduler sends was a tenth of a 1-GPU pod's CPU at 500 nodes)."""
-    moved = set(itertools.compress(names, map(operator.is_not, map(usage.get, names), map(usage_before.get, names))))
+
+    def differing(now: Mapping[str, object], before: Mapping[str, object]) -> Iterator[str]:
+        return itertools.compress(names, map(operator.is_not, map(now.get, names), map(before.get, names)))
+
+    moved = set(differing(usage, usage_before))
     if nodes is not nodes_before:
-        moved.update(
-            itertools.compress(names, map(operator.is_not, map(nodes.get, names), map(nodes_before.get, names)))
-        )
+        moved.update(differing(nodes, nodes_before))
     return list(moved)
