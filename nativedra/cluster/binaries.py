@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from nativedra.cluster.gobuild import BinaryError, BuildLock, build_programs, cache_root, download, go_env
+from nativedra.cluster.gobuild import (
+    BinaryError,
+    BuildLock,
+    build_programs,
+    cache_root,
+    download,
+    fetch_go_mod,
+    go_env,
+    run_go_checked,
+)
 
 __all__ = ["Binaries", "BinaryError", "build_kubernetes", "cache_root", "pinned_version", "resolve"]
 log = logging.getLogger(__name__)
@@ -23,7 +32,9 @@ log = logging.getLogger(__name__)
 DEFAULT_K8S_VERSION = "v1.37.2"
 MINIMUM_MINOR = 34
 KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
-_VERSION_RE = re.compile(r"^v1\.(\d+)\.(\d+)$")
+# A release, or a pre-release the module proxy serves before it (v1.38.0-beta.0, v1.38.0-rc.1).
+_VERSION_RE = re.compile(r"^v1\.(\d+)\.(\d+)(?:-(?:alpha|beta|rc)\.\d+)?$")
+_GO_VERSION_RE = re.compile(r"^(?:go)?(\d+)\.(\d+)(?:\.(\d+))?")
 _STAGING_REPLACE_RE = re.compile(r"^\s*(k8s\.io/[A-Za-z0-9._-]+)\s+=>\s+\./staging/", re.MULTILINE)
 
 
@@ -131,11 +142,43 @@ def build_kubernetes(version: str, components: list[str] | tuple[str, ...] = KUB
     return bin_dir
 
 
+def go_version_tuple(text: str) -> tuple[int, int, int]:
+    """(1, 27, 0) of `go1.27.0`, `1.27.0`, `1.27` or `go1.27.3 linux/amd64`."""
+    match = _GO_VERSION_RE.match(text.strip())
+    if not match:
+        raise BinaryError(f"not a Go version: {text!r}")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def toolchain_env(env: dict[str, str], needed: str, local: str) -> dict[str, str]:
+    """`env` with GOTOOLCHAIN naming a Go that can build a module whose go.mod says `go <needed>`:
+    unchanged when the local Go (`local`, e.g. go1.26.8) is new enough or the caller set GOTOOLCHAIN
+    (e.g. an approved patch release, go1.27.3); else `go<needed>`, which the go command fetches from
+    the module proxy as golang.org/toolchain, the way Go switches toolchains."""
+    if go_version_tuple(local) >= go_version_tuple(needed) or env.get("GOTOOLCHAIN", "") not in ("", "local"):
+        return env
+    log.info("k8s.io/kubernetes needs Go %s (this machine has %s): GOTOOLCHAIN=go%s", needed, local, needed)
+    return dict(env, GOTOOLCHAIN=f"go{needed}")
+
+
+def local_go_version() -> str:
+    """The machine's own Go, never a toolchain fetched for a module."""
+    return run_go_checked(["env", "GOVERSION"], Path.cwd(), dict(go_env(), GOTOOLCHAIN="local")).strip()
+
+
+def go_directive(go_mod: str) -> str:
+    found = re.search(r"^go\s+(\S+)", go_mod, re.MULTILINE)
+    return found.group(1) if found else "1.24"
+
+
 def _build_into(version: str, components: list[str], src: Path, bin_dir: Path) -> None:
-    env = go_env()
-    upstream_mod = Path(download("k8s.io/kubernetes", version, src, env)["GoMod"]).read_text()
-    go_directive = re.search(r"^go\s+(\S+)", upstream_mod, re.MULTILINE)
-    go_mod = wrapper_go_mod(version, staging_modules(upstream_mod), go_directive.group(1) if go_directive else "1.24")
+    """The upstream go.mod is read first (from the proxy, whatever Go it needs); its go line then
+    picks the toolchain that downloads, resolves and builds."""
+    upstream_mod = fetch_go_mod("k8s.io/kubernetes", version, src, go_env())
+    needed = go_directive(upstream_mod)
+    env = toolchain_env(go_env(), needed, local_go_version())
+    download("k8s.io/kubernetes", version, src, env)
+    go_mod = wrapper_go_mod(version, staging_modules(upstream_mod), needed)
     ldflags = " ".join(
         [
             "-s -w",

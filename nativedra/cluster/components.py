@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nativedra.cluster.pki import Pki
+from nativedra.cluster.pki import SERVICE_CIDR, Pki
 
 PORT_NAMES = ("etcd", "etcd_peer", "apiserver", "scheduler", "kcm")
 
@@ -100,7 +100,7 @@ def apiserver_args(layout: Layout, token_file: Path) -> list[str]:
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={certs.service_account_pub}",
         f"--service-account-signing-key-file={certs.service_account_key}",
-        "--service-cluster-ip-range=10.0.0.0/24",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
         f"--kubelet-client-certificate={certs.kubelet_client_cert}",
         f"--kubelet-client-key={certs.kubelet_client_key}",
         "--kubelet-preferred-address-types=InternalIP,Hostname",

@@ -92,6 +92,21 @@ def download(module: str, version: str, cwd: Path, env: dict[str, str]) -> dict[
     return dict(json.loads(run_go_checked(["mod", "download", "-json", f"{module}@{version}"], cwd, env)))
 
 
+def fetch_go_mod(module: str, version: str, cwd: Path, env: dict[str, str]) -> str:
+    """The go.mod of `module@version`, also when this Go is too old to download the module itself
+    (the proxy's .mod comes first; `go mod download` then reports "requires go >= X")."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    result = run_go(["mod", "download", "-json", f"{module}@{version}"], cwd, env)
+    try:
+        go_mod = json.loads(result.stdout or "{}").get("GoMod")
+    except ValueError:
+        go_mod = None
+    if not go_mod or not Path(go_mod).is_file():
+        said = (result.stdout + result.stderr)[-4000:]
+        raise BinaryError(f"go.mod of {module}@{version} could not be fetched:\n{said}")
+    return Path(go_mod).read_text()
+
+
 def go_mod_cache(env: Mapping[str, str]) -> str:
     return env.get("GOMODCACHE") or str(Path(env.get("GOPATH") or Path.home() / "go") / "pkg" / "mod")
 

@@ -98,10 +98,18 @@ class Helm:
         return result.stdout
 
     def template(
-        self, values: Mapping[str, Any] | None = None, *, chart: Path = CHART, release: str = "nativedra"
+        self,
+        values: Mapping[str, Any] | None = None,
+        *,
+        chart: Path = CHART,
+        release: str = "nativedra",
+        kube_version: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The documents `helm template` renders with `values` over the chart's defaults."""
+        """The documents `helm template` renders with `values` over the chart's defaults, for a
+        cluster of `kube_version` (default: helm's own)."""
         args = ["template", release, str(chart)]
+        if kube_version:
+            args += ["--kube-version", kube_version]
         if values:
             args += ["--values", self._values_file(values)]
         return [d for d in yaml.safe_load_all(self(*args)) if d]

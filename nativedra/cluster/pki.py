@@ -134,6 +134,12 @@ def paths(directory: Path) -> Pki:
     )
 
 
+# kubeadm's and kind's default Service range: the shipped extender Service's fixed ClusterIP
+# (10.96.0.88, manifests/base/extender.yaml) lies in it, as on the clusters admins run.
+SERVICE_CIDR = "10.96.0.0/12"
+KUBERNETES_SERVICE_IP = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))  # the `kubernetes` Service
+
+
 def create(directory: Path) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
@@ -143,7 +149,7 @@ def create(directory: Path) -> Pki:
     _write_key(pki.ca_key, ca[1])
     sans: list[x509.GeneralName] = [
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address(KUBERNETES_SERVICE_IP)),
         x509.DNSName("localhost"),
         x509.DNSName("kubernetes"),
         x509.DNSName("kubernetes.default"),

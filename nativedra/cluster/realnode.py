@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 # faults.yaml its --fault-file.
 SIMULATED_ROOT = Path("/var/lib/nativedra/simulated")
 MARKER = ".nativedra-real-node"  # in KUBELET_ROOT: this harness made it and may empty it
-SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service's ClusterIP (first of --service-cluster-ip-range)
 POD_SUBNET = "10.244.0.0/24"
 BRIDGE = "nd-cni0"
 NVIDIA_MAJOR = 195
@@ -355,8 +354,8 @@ class RealNode:
         """What kube-proxy would do for the `kubernetes` Service: pods reach the apiserver at its
         ClusterIP (in-cluster clients use it), forwarded to the loopback apiserver."""
         present = _run(["ip", "-o", "addr", "show", "dev", "lo"]).stdout
-        if f" {SERVICE_IP}/" not in present:
-            _run(["ip", "addr", "add", f"{SERVICE_IP}/32", "dev", "lo"])
+        if f" {pki.KUBERNETES_SERVICE_IP}/" not in present:
+            _run(["ip", "addr", "add", f"{pki.KUBERNETES_SERVICE_IP}/32", "dev", "lo"])
             self._added_service_ip = True
         self._save_record()
         socat = shutil.which("socat")
@@ -366,7 +365,7 @@ class RealNode:
         self.plane.supervisor.spawn(
             "service-forwarder",
             Path(socat),
-            [f"TCP-LISTEN:443,bind={SERVICE_IP},fork,reuseaddr", f"TCP:127.0.0.1:{port}"],
+            [f"TCP-LISTEN:443,bind={pki.KUBERNETES_SERVICE_IP},fork,reuseaddr", f"TCP:127.0.0.1:{port}"],
         )
 
     def _start_kubelet(self, kubelet: Path) -> None:
@@ -493,7 +492,7 @@ def teardown(record: NodeRecord, stop_process: Callable[[str], object]) -> None:
     unmount_under(KUBELET_ROOT, Path(record.node_dir))
     _run(["ip", "link", "delete", BRIDGE], check=False)
     if record.added_service_ip:
-        _run(["ip", "addr", "del", f"{SERVICE_IP}/32", "dev", "lo"], check=False)
+        _run(["ip", "addr", "del", f"{pki.KUBERNETES_SERVICE_IP}/32", "dev", "lo"], check=False)
 
 
 def teardown_recorded(state: dict[str, Any], stop_process: Callable[[str], object]) -> None:

@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from dra_driver.run.cli import publish_config_from
 from nativedra.cli import build_parser
+from nativedra.cluster.binaries import DEFAULT_K8S_VERSION
 from nativedra.cluster.helm import CHART, Helm, HelmError, build_helm
 from testkit.manifests import MANIFESTS, kustomize, named
 
@@ -133,7 +134,7 @@ def test_simulated_backend_renders_the_simulated_node_overlay(helm: Helm) -> Non
 def test_second_scheduler_renders_the_second_scheduler_overlay(helm: Helm) -> None:
     """The RoleBinding to kube-system's extension-apiserver-authentication-reader Role stays in
     kube-system in both (the overlay names its namespaces itself rather than moving every object)."""
-    chart = by_key(helm.template({"secondScheduler": {"enabled": True}}))
+    chart = by_key(helm.template({"secondScheduler": {"enabled": True}}, kube_version=DEFAULT_K8S_VERSION))
     overlay = by_key(_kustomized(MANIFESTS / "overlays" / "second-scheduler"))
     reader = ("RoleBinding", "nativedra-scheduler-extension-apiserver-authentication-reader")
     assert chart[reader]["metadata"]["namespace"] == overlay[reader]["metadata"]["namespace"] == "kube-system"
@@ -254,6 +255,7 @@ def test_generated_certificates_serve_the_extender_and_its_scheduler(helm: Helm)
     assert dt.timedelta(days=3649) < ca.not_valid_after_utc - dt.datetime.now(dt.UTC) <= dt.timedelta(days=3650)
     names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert names.get_values_for_type(x509.DNSName) == [f"nativedra-extender.{NAMESPACE}.svc"]
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["10.96.0.88"]
     assert client.subject.rfc4514_string() == "CN=kube-scheduler"
     # Each certificate comes with its own key (the extender loads the serving pair with Python's ssl).
     for secret in ("nativedra-extender-tls", "nativedra-scheduler-extender-client"):
@@ -289,3 +291,144 @@ def test_another_namespace_moves_every_identity_with_it(helm: Helm) -> None:
     assert config["extenders"][0]["urlPrefix"] == "https://nativedra-extender.gpu-system.svc:8888"
     subjects = [s for d in documents if d["kind"].endswith("Binding") and "subjects" in d for s in d["subjects"]]
     assert {s["namespace"] for s in subjects} == {"gpu-system"}
+
+
+def _pod_specs(documents: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each workload's pod template by its name label (the CronJob's through its jobTemplate)."""
+    found = {}
+    for document in documents:
+        spec = document.get("spec", {})
+        template = spec.get("jobTemplate", {}).get("spec", {}).get("template") or spec.get("template")
+        if document["kind"] in {"Deployment", "DaemonSet", "CronJob"} and template:
+            found[template["metadata"]["labels"]["app.kubernetes.io/name"]] = template
+    return found
+
+
+def test_every_pod_takes_pull_secrets_metadata_and_placement(helm: Helm) -> None:
+    """The values Helm users set on every chart land on each of the four workloads' pods, and the
+    name label that selectors use is never replaced by podLabels."""
+    placement: dict[str, Any] = {
+        "podAnnotations": {"example.com/owner": "ml-platform"},
+        "podLabels": {"team": "infra", "app.kubernetes.io/name": "taken"},
+        "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+        "tolerations": [{"key": "infra", "operator": "Exists"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+                }
+            }
+        },
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}],
+        "priorityClassName": "infra-critical",
+        "resources": {"requests": {"cpu": "1"}},
+    }
+    values = {
+        "imagePullSecrets": [{"name": "regcred"}],
+        "plugin": placement,
+        "extender": {**placement, "certRenewal": placement},
+        "secondScheduler": {"enabled": True, **placement},
+    }
+    pods = _pod_specs(helm.template(values))
+    names = {"nativedra-plugin", "nativedra-extender", "nativedra-extender-cert-renewal", "nativedra-scheduler"}
+    assert set(pods) == names
+    for name, pod in pods.items():
+        spec = pod["spec"]
+        assert pod["metadata"]["labels"] == {"app.kubernetes.io/name": name, "team": "infra"}, name
+        assert pod["metadata"]["annotations"] == placement["podAnnotations"], name
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}], name
+        for key in ("tolerations", "topologySpreadConstraints", "priorityClassName"):
+            assert spec[key] == placement[key], (name, key)
+        for key in ("nodeSelector", "affinity"):  # Helm merges maps into the defaults (null drops a key)
+            assert spec[key].items() >= placement[key].items(), (name, key)
+        assert [c["resources"]["requests"]["cpu"] for c in spec["containers"]] == ["1"], name
+
+
+def test_security_contexts_are_values_with_the_base_as_default(helm: Helm) -> None:
+    documents = helm.template(
+        {
+            "extender": {
+                "podSecurityContext": {"runAsUser": 1000, "fsGroup": 2000},
+                "securityContext": {"readOnlyRootFilesystem": True},
+            }
+        }
+    )
+    pod = _pod_specs(documents)["nativedra-extender"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "fsGroup": 2000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    dropped = helm.template({"extender": {"securityContext": {"capabilities": None}}})
+    assert "capabilities" not in _pod_specs(dropped)["nativedra-extender"]["spec"]["containers"][0]["securityContext"]
+
+
+def test_monitors_and_scheduler_peers(helm: Helm) -> None:
+    """ServiceMonitor (extender) and PodMonitor (plugin) scrape the ports the metrics are served on,
+    and a host-network scheduler's nodes join the peers allowed on the verbs' port."""
+    peers = [{"ipBlock": {"cidr": "192.0.2.10/32"}}]
+    documents = helm.template(
+        {
+            "plugin": {"podMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+            "extender": {
+                "serviceMonitor": {"enabled": True, "interval": "15s"},
+                "networkPolicy": {"schedulerPeers": peers},
+            },
+        }
+    )
+    monitor = named(documents, "ServiceMonitor", "nativedra-extender")
+    service = named(documents, "Service", "nativedra-extender")
+    assert monitor["spec"]["endpoints"] == [{"port": "probes", "path": "/metrics", "interval": "15s"}]
+    assert "probes" in {port["name"] for port in service["spec"]["ports"]}
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    pod_monitor = named(documents, "PodMonitor", "nativedra-plugin")
+    assert pod_monitor["metadata"]["labels"]["release"] == "prom"
+    plugin = _pod_specs(documents)["nativedra-plugin"]["spec"]["containers"][0]
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] in {p["name"] for p in plugin["ports"]}
+    verbs = named(documents, "NetworkPolicy", "nativedra-extender")["spec"]["ingress"][0]
+    assert verbs["ports"] == [{"port": 8888, "protocol": "TCP"}]
+    assert verbs["from"][-1] == peers[0] and len(verbs["from"]) == 3
+    assert not {d["kind"] for d in helm.template()} & {"ServiceMonitor", "PodMonitor"}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"extender": {"replicsa": 3}},
+        {"plugin": {"fractions": {"denominator": [4]}}},
+        {"imagePullSecret": [{"name": "x"}]},
+        {"extender": {"service": {"clusterIP": "nativedra.example"}}},
+        {"secondScheduler": {"resources": {"request": {"cpu": "1"}}}},
+    ],
+)
+def test_a_typo_fails_the_install_instead_of_being_ignored(helm: Helm, values: dict[str, Any]) -> None:
+    with pytest.raises(HelmError, match=r"additional properties|does not match pattern"):
+        helm.template(values)
+
+
+@pytest.mark.parametrize("version", ["v1.34.4", "v1.35.4", "v1.36.2", "v1.37.2", "v1.38.0-beta.0"])
+def test_each_release_gets_its_wiring(helm: Helm, version: str) -> None:
+    """Lint passes for every release the chart allows; the second scheduler runs the cluster's own
+    kube-scheduler; marker policies (admissionregistration.k8s.io/v1, GA in 1.36) render from 1.36
+    and the second scheduler's entry names the marker only there; asking for the default
+    scheduler's policy earlier fails naming the value."""
+    second = {"secondScheduler": {"enabled": True}}
+    helm("lint", "--strict", "--kube-version", version, str(CHART), *helm.values_args(second))
+    documents = helm.template(second, kube_version=version)
+    image = _pod_specs(documents)["nativedra-scheduler"]["spec"]["containers"][0]["image"]
+    release = version.split("-", maxsplit=1)[0]  # helm's --kube-version drops a pre-release ("-beta.0")
+    assert image == f"registry.k8s.io/kube-scheduler:{release}"
+    config = yaml.safe_load(named(documents, "ConfigMap", "nativedra-scheduler")["data"]["config.yaml"])
+    policies = {d["metadata"]["name"] for d in documents if d["kind"] == "MutatingAdmissionPolicy"}
+    served = tuple(int(part) for part in version.lstrip("v").split(".")[:2]) >= (1, 36)
+    assert ("managedResources" in config["extenders"][0]) is served
+    assert policies == ({"nativedra-scheduler-extender-marker"} if served else set())
+    marker = {"schedulerMarkerPolicy": {"enabled": True}}
+    if served:
+        rendered = helm.template(marker, kube_version=version)
+        assert "nativedra-extender-marker" in {d["metadata"]["name"] for d in rendered}
+    else:
+        with pytest.raises(HelmError, match=r"schedulerMarkerPolicy\.enabled needs Kubernetes 1\.36"):
+            helm.template(marker, kube_version=version)

@@ -55,3 +55,72 @@ from the plugin's defaults (fractions 2,4,8, MIG on, exclusive GPUs). */}}
 {{- end -}}
 {{- concat $args $p.extraArgs | toJson -}}
 {{- end }}
+
+{{/* A pod template's metadata: its component's name label (the selectors'), then the component's
+podLabels (never replacing the name) and podAnnotations. Call with (dict "root" $ "name" NAME
+"values" .Values.COMPONENT). */}}
+{{- define "nativedra.podMetadata" -}}
+metadata:
+  labels:
+    app.kubernetes.io/name: {{ .name }}
+    {{- with omit (.values.podLabels | default dict) "app.kubernetes.io/name" }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with .values.podAnnotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+
+{{/* Where a component's pods may run and what they pull with: imagePullSecrets (chart-wide), and
+the component's priorityClassName, nodeSelector, tolerations, affinity and
+topologySpreadConstraints, each left out when empty. Same arguments as nativedra.podMetadata. */}}
+{{- define "nativedra.podPlacement" -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The extender Service's fixed ClusterIP (extender.service.clusterIP): the URL a host-network
+kube-scheduler calls, with no cluster DNS, and an IP name of the serving certificate. */}}
+{{- define "nativedra.extenderIP" -}}
+{{ .Values.extender.service.clusterIP }}
+{{- end }}
+
+{{/* The second scheduler's image: secondScheduler.image, else the kube-scheduler of the cluster's
+own release (a scheduler older or newer than the API server is not a supported skew). */}}
+{{- define "nativedra.secondSchedulerImage" -}}
+{{- with .Values.secondScheduler.image -}}
+{{ . }}
+{{- else -}}
+registry.k8s.io/kube-scheduler:{{ regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+(-(alpha|beta|rc)\\.[0-9]+)?" .Capabilities.KubeVersion.Version }}
+{{- end -}}
+{{- end }}
+
+{{/* Fails the install when a marker policy is asked of a release that does not serve
+admissionregistration.k8s.io/v1 MutatingAdmissionPolicy by default (GA in 1.36), naming the value. */}}
+{{- define "nativedra.requireMarkerPolicies" -}}
+{{- if semverCompare "<1.36.0-0" .root.Capabilities.KubeVersion.Version -}}
+{{- fail (printf "%s needs Kubernetes 1.36 or newer (MutatingAdmissionPolicy, admissionregistration.k8s.io/v1); this cluster is %s: leave it false and list no managedResources in the scheduler's extender entry (every pod is then sent), or use secondScheduler (docs/install.md, \"Extender outages: what waits\")" .value .root.Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- end }}

@@ -62,7 +62,7 @@ def test_the_control_plane_material_chains_to_its_two_cas(tmp_path: Path) -> Non
 def test_the_serving_certificate_names_every_address_a_client_dials(tmp_path: Path) -> None:
     material = pki.create(tmp_path)
     sans = _cert(material.serving_cert).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)} >= {"127.0.0.1", "10.0.0.1"}, (
+    assert {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)} >= {"127.0.0.1", "10.96.0.1"}, (
         "loopback and the kubernetes Service"
     )
     assert set(sans.get_values_for_type(x509.DNSName)) >= {"localhost", "kubernetes.default.svc"}
