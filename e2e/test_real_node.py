@@ -49,6 +49,7 @@ from testkit.dra import CDI_PREFIX
 from testkit.extender_harness import bound, fresh_namespace
 from testkit.extender_service import NAME as EXTENDER
 from testkit.extender_service import (
+    SHIPPED_WIRING,
     extender_pods,
     is_ready,
     ready_endpoints,
@@ -476,10 +477,14 @@ def served_extender(real_node: Node, tmp_path: Path) -> Iterator[str]:
         lambda: describe_extender(real_node),
     )
     cluster_ip = real_node.core.read_namespaced_service(EXTENDER, PLUGIN_NAMESPACE).spec.cluster_ip
-    wiring = shipped_wiring(cluster_ip, tls)
-    call_extender(real_node.plane, EXTENDER_PORT, tls, extra=wiring)  # `extra` replaces the loopback entry
+    wiring, mounts = shipped_wiring(tls, tmp_path / "scheduler-files")
+    url = str(wiring["extenders"][0]["urlPrefix"])
+    assert url == f"https://{cluster_ip}:8888", "the shipped urlPrefix names the Service's fixed ClusterIP"
+    call_extender(real_node.plane, EXTENDER_PORT, tls, extra=wiring, mounts=mounts)  # replaces the loopback entry
+    written = yaml.safe_load((real_node.plane.state_dir / "scheduler-config.yaml").read_text())
+    assert written["extenders"] == yaml.safe_load(SHIPPED_WIRING.read_text())["extenders"]
     try:
-        yield str(wiring["extenders"][0]["urlPrefix"])
+        yield url
     finally:
         stop_calling_extender(real_node.plane)
 

@@ -3,14 +3,16 @@ HTTPS from the nativedra-extender-tls Secret) and kube-scheduler wired to it as
 manifests/scheduler/kube-scheduler-config.yaml ships, for a cluster whose host reaches Service
 ClusterIPs (a real node running kube-proxy).
 
-The host has no cluster DNS, so the scheduler's urlPrefix names the Service's ClusterIP; its
-tlsConfig.serverName keeps the check of the extender's certificate against the Service's DNS name,
-the name the shipped urlPrefix uses."""
+The host has no cluster DNS, like a static-pod kube-scheduler on the host network: the shipped
+urlPrefix names the Service's fixed ClusterIP, and its tlsConfig files are where a static pod's
+hostPath mount puts them (/etc/kubernetes/nativedra-extender/), bound there for the scheduler
+alone. Nothing of the shipped extender entry is changed."""
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +30,26 @@ NAMESPACE = "nativedra-system"
 NAME = "nativedra-extender"
 SELECTOR = "app.kubernetes.io/name=nativedra-extender"
 SERVICE_DNS = f"{NAME}.{NAMESPACE}.svc"
+SHIPPED_WIRING = MANIFESTS / "scheduler" / "kube-scheduler-config.yaml"
 
 
-def serving_pair(tls: ExtenderTls, dns_name: str) -> tuple[bytes, bytes]:
-    """A serving certificate for `dns_name` signed by `tls`'s CA, and its key (PEM): what the
-    openssl lines in manifests/base/extender.yaml (or cert-manager) make for the Service's name."""
+def shipped_cluster_ip() -> str:
+    """The fixed ClusterIP of the shipped extender Service."""
+    documents = yaml.safe_load_all((MANIFESTS / "base" / "extender.yaml").read_text())
+    (service,) = [d for d in documents if d and d["kind"] == "Service" and d["metadata"]["name"] == NAME]
+    return str(service["spec"]["clusterIP"])
+
+
+def serving_pair(tls: ExtenderTls, dns_name: str, ip: str | None = None) -> tuple[bytes, bytes]:
+    """A serving certificate for `dns_name` (and `ip`) signed by `tls`'s CA, and its key (PEM): what
+    the openssl lines in manifests/base/extender.yaml (or cert-manager) make for the Service."""
     ca_key = serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError(f"{tls.ca_key}: expected an EC key")
     ca_cert = x509.load_pem_x509_certificate(tls.ca_cert.read_bytes())
+    names: list[x509.GeneralName] = [x509.DNSName(dns_name)]
+    if ip is not None:
+        names.append(x509.IPAddress(ipaddress.ip_address(ip)))
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     cert = (
@@ -50,7 +63,7 @@ def serving_pair(tls: ExtenderTls, dns_name: str) -> tuple[bytes, bytes]:
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(dns_name)]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     key_pem = key.private_bytes(
@@ -61,8 +74,8 @@ def serving_pair(tls: ExtenderTls, dns_name: str) -> tuple[bytes, bytes]:
 
 def tls_secret(tls: ExtenderTls) -> dict[str, Any]:
     """The Secret the shipped Deployment mounts: a serving certificate for the Service's DNS name and
-    the CA that signed the scheduler's client certificate (`tls.client_cert`)."""
-    cert, key = serving_pair(tls, SERVICE_DNS)
+    fixed ClusterIP, and the CA that signed the scheduler's client certificate (`tls.client_cert`)."""
+    cert, key = serving_pair(tls, SERVICE_DNS, shipped_cluster_ip())
     data = {"tls.crt": cert, "tls.key": key, "ca.crt": tls.ca_cert.read_bytes()}
     return {
         "apiVersion": "v1",
@@ -72,23 +85,19 @@ def tls_secret(tls: ExtenderTls) -> dict[str, Any]:
     }
 
 
-def shipped_wiring(cluster_ip: str, tls: ExtenderTls) -> dict[str, Any]:
-    """manifests/scheduler/kube-scheduler-config.yaml's extender configuration with the Service's
-    ClusterIP for its DNS name in urlPrefix, serverName set to that name, and local certificate
-    files; every other field as shipped."""
-    shipped = yaml.safe_load((MANIFESTS / "scheduler" / "kube-scheduler-config.yaml").read_text())
+def shipped_wiring(tls: ExtenderTls, files: Path) -> tuple[dict[str, Any], dict[Path, Path]]:
+    """manifests/scheduler/kube-scheduler-config.yaml's profiles and extender entry as shipped, and
+    the mount that puts the scheduler's client pair and CA (copied into `files` under the names its
+    tlsConfig uses) at the shipped directory."""
+    shipped = yaml.safe_load(SHIPPED_WIRING.read_text())
     (extender,) = shipped["extenders"]
-    url = str(extender["urlPrefix"])
-    if f"//{SERVICE_DNS}:" not in url:
-        raise ValueError(f"the shipped urlPrefix {url} no longer names the Service {SERVICE_DNS}")
-    extender["urlPrefix"] = url.replace(f"//{SERVICE_DNS}:", f"//{cluster_ip}:")
-    extender["tlsConfig"] = {
-        "caFile": str(tls.ca_cert),
-        "certFile": str(tls.client_cert),
-        "keyFile": str(tls.client_key),
-        "serverName": SERVICE_DNS,
-    }
-    return {"profiles": shipped["profiles"], "extenders": [extender]}
+    paths = {Path(extender["tlsConfig"][key]) for key in ("caFile", "certFile", "keyFile")}
+    (directory,) = {path.parent for path in paths}
+    sources = {"caFile": tls.ca_cert, "certFile": tls.client_cert, "keyFile": tls.client_key}
+    files.mkdir(parents=True, exist_ok=True)
+    for key, source in sources.items():
+        (files / Path(extender["tlsConfig"][key]).name).write_bytes(source.read_bytes())
+    return {"profiles": shipped["profiles"], "extenders": shipped["extenders"]}, {directory: files}
 
 
 def extender_pods(api: client.ApiClient) -> list[Any]:

@@ -34,6 +34,7 @@ from nativedra.cluster.processes import (
     RecordedProcess,
     Supervisor,
     alive,
+    in_mount_namespace,
     recorded_state,
     stop_recorded,
     tail,
@@ -127,6 +128,9 @@ class ControlPlane:
     state_dir: Path
     binaries: Binaries
     scheduler_config_extra: Mapping[str, Any] = field(default_factory=dict)
+    # Directories the scheduler sees at other paths (target -> source), as a static pod's hostPath
+    # mounts: bound in a mount namespace of its own, so the host's paths are never written.
+    scheduler_mounts: Mapping[Path, Path] = field(default_factory=dict)
     tie_to_parent: bool = True
     features: components.Features = components.DEFAULTS
     notes: dict[str, Any] = field(default_factory=dict)  # more facts for the state file (e.g. a real node)
@@ -223,10 +227,13 @@ class ControlPlane:
     def api_client(self) -> client.ApiClient:
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
-    def restart_scheduler(self, scheduler_config_extra: Mapping[str, Any]) -> None:
-        """Replace the scheduler with one that uses new extra configuration (e.g. an extender). It
-        binds the port the old one freed; if another process took it meanwhile, a new port."""
+    def restart_scheduler(
+        self, scheduler_config_extra: Mapping[str, Any], mounts: Mapping[Path, Path] | None = None
+    ) -> None:
+        """Replace the scheduler with one that uses new extra configuration (e.g. an extender) and
+        `mounts`. It binds the port the old one freed; if another process took it meanwhile, a new port."""
         self.scheduler_config_extra = scheduler_config_extra
+        self.scheduler_mounts = dict(mounts or {})
         self.supervisor.stop("kube-scheduler")
         for attempt in range(1, PORT_ATTEMPTS + 1):
             try:
@@ -268,7 +275,12 @@ class ControlPlane:
         config_path = self.state_dir / "scheduler-config.yaml"
         config = components.scheduler_config(self.layout, self.scheduler_config_extra)
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.spawn("kube-scheduler", self.binaries.kube_scheduler, components.scheduler_args(self.layout, config_path))
+        args = components.scheduler_args(self.layout, config_path)
+        if self.scheduler_mounts:
+            exe, args = in_mount_namespace(self.scheduler_mounts, self.binaries.kube_scheduler, args)
+        else:
+            exe = self.binaries.kube_scheduler
+        self.spawn("kube-scheduler", exe, args)
         self._wait_ready("kube-scheduler", f"https://127.0.0.1:{self.layout.ports['scheduler']}/healthz")
 
     def _wait_ready(self, name: str, url: str, token: str | None = None) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -69,10 +70,14 @@ def withdraw_marker_policy(api: client.ApiClient, name: str) -> None:
 
 
 def call_extender(
-    plane: ControlPlane, port: int, tls: ExtenderTls | None = None, extra: Mapping[str, Any] | None = None
+    plane: ControlPlane,
+    port: int,
+    tls: ExtenderTls | None = None,
+    extra: Mapping[str, Any] | None = None,
+    mounts: Mapping[Path, Path] | None = None,
 ) -> None:
-    """Restart the scheduler calling the extender on 127.0.0.1:`port` (with `extra` configuration),
-    once the marker policy marks new pods."""
+    """Restart the scheduler calling the extender on 127.0.0.1:`port` (with `extra` configuration,
+    and `mounts` as a static pod's hostPath volumes), once the marker policy marks new pods."""
     marked = marks_pods(plane.binaries.version)
     if marked:
         api = plane.api_client()
@@ -83,7 +88,7 @@ def call_extender(
             "the policies to mark and move new pods",
             lambda: f"a gang pod created now: {_probe(api, 'default-scheduler').spec}",
         )
-    plane.restart_scheduler({**scheduler_extra(port, tls, marked=marked), **(extra or {})})
+    plane.restart_scheduler({**scheduler_extra(port, tls, marked=marked), **(extra or {})}, mounts)
 
 
 def stop_calling_extender(plane: ControlPlane, extra: Mapping[str, Any] | None = None) -> None:

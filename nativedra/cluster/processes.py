@@ -8,10 +8,12 @@ import contextlib
 import ctypes
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,3 +161,18 @@ def recorded_state(state_dir: Path) -> dict[str, Any] | None:
     for entry in state["processes"]:
         entry["running"] = running(RecordedProcess(**entry))
     return state
+
+
+def in_mount_namespace(mounts: Mapping[Path, Path], exe: Path, args: list[str]) -> tuple[Path, list[str]]:
+    """`exe args` run by unshare(1) in a private mount namespace where each target path shows its
+    source directory (a bind mount, as a static pod's hostPath volume): the process keeps its pid
+    (unshare and sh exec it). An empty directory is made at a missing target, the only host change."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        raise FileNotFoundError("unshare (util-linux) is needed to give the scheduler its mounts")
+    binds = []
+    for target, source in mounts.items():
+        target.mkdir(parents=True, exist_ok=True)
+        binds.append(f"mount --bind {shlex.quote(str(source))} {shlex.quote(str(target))}")
+    script = " && ".join([*binds, 'exec "$@"'])
+    return Path(unshare), ["--mount", "--propagation", "private", "--", "sh", "-c", script, exe.name, str(exe), *args]
