@@ -27,7 +27,7 @@ from kubernetes import client, config
 
 from nativedra.base.certs.renewal import Ca, Issued, Policy, load_ca, renew
 from nativedra.base.certs.renewal_files import publish_pair
-from nativedra.base.certs.renewal_secret import renew_serving_secret
+from nativedra.base.certs.renewal_secret import renew_secret
 from nativedra.cluster import ControlPlane, commands, wait_for
 from nativedra.cluster.controlplane import free_port
 from nativedra.cluster.credentials import write_kubeconfig
@@ -180,11 +180,11 @@ def test_a_run_that_loses_the_race_leaves_the_winners_certificate(renewal: Renew
         def read_namespaced_secret(self, name: str, namespace: str, **kwargs: Any) -> Any:
             read = super().read_namespaced_secret(name, namespace, **kwargs)
             if not won:  # the other run, between this run's read and its write
-                won.append(renew_serving_secret(admin, ns, SERVING, renewal.ca, Policy(now)))
+                won.append(renew_secret(admin, ns, SERVING, renewal.ca, Policy(now)))
                 won.append(_cert(renewal.secret()).serial_number)
             return read
 
-    outcome = renew_serving_secret(RacedCore(renewal.as_account()), ns, SERVING, renewal.ca, Policy(now))
+    outcome = renew_secret(RacedCore(renewal.as_account()), ns, SERVING, renewal.ca, Policy(now))
     assert won[0].renewed
     assert not outcome.renewed and "nothing to do" in outcome.message
     assert _cert(renewal.secret()).serial_number == won[1]

@@ -176,10 +176,27 @@ class Outcome:
     message: str
 
 
-def decide_and_renew(current: x509.Certificate, where: str, ca: Ca, policy: Policy) -> tuple[Issued | None, str]:
+def issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def decide_and_renew(
+    current: x509.Certificate, where: str, ca: Ca, policy: Policy, previous: x509.Certificate | None = None
+) -> tuple[Issued | None, str]:
     """The successor of `current` when it is due (None when not), and what to log. `current` must
     come from `ca` whether or not it is due, so that a wrong CA is reported on the first run, not
-    on the run that needed it."""
+    on the run that needed it; during a CA rotation (rotation.py) a leaf of the `previous` CA is due
+    at once, so that every leaf moves to the new CA before the old one leaves the trust bundles."""
+    if previous is not None and issued_by(current, previous) and not issued_by(current, ca.cert):
+        issued = renew(current, ca, policy.now, policy.lifetime)
+        return issued, (
+            f"{where}: signed by the previous CA {previous.subject.rfc4514_string()} (a CA rotation is under "
+            f"way): re-issued by the new one, valid until {not_after(issued.cert):%Y-%m-%dT%H:%M:%SZ}"
+        )
     check_issued_by(current, ca, where)
     left = not_after(current) - policy.now
     if not needs_renewal(current, policy.now, policy.renew_before):

@@ -1,8 +1,11 @@
-"""`nativedra extender-certs renew`: renew the extender's serving certificate in its Secret, or with
---client-cert-dir the scheduler's client certificate files on a control-plane node, when less than
---renew-before-days are left. Meant to run daily (manifests/base/extender-cert-renewal.yaml); a run
-with nothing due changes nothing. Exit status 0: renewed or not due; 1: the material or the API
-refused (the message names the Secret and key, or the file); 2: bad flags."""
+"""`nativedra extender-certs renew`: renew the extender's serving certificate in its Secret (and with
+--client-secret the second scheduler's client Secret), or with --client-cert-dir the scheduler's
+client certificate files on a control-plane node, when less than --renew-before-days are left, or at
+once when signed by the CA a rotation is replacing. Meant to run daily
+(manifests/base/extender-cert-renewal.yaml); a run with nothing due changes nothing.
+`nativedra extender-certs rotate-ca start|switch|finish`: the CA rotation (rotation.py).
+Exit status 0: done or not due; 1: the material or the API refused (the message names the Secret
+and key, or the file); 2: bad flags."""
 
 from __future__ import annotations
 
@@ -16,9 +19,10 @@ from kubernetes import client
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
+from nativedra.base.certs import rotation
 from nativedra.base.certs.renewal import LIFETIME, RENEW_BEFORE, Policy, RenewalError
 from nativedra.base.certs.renewal_files import renew_client_dir
-from nativedra.base.certs.renewal_secret import read_ca, renew_serving_secret
+from nativedra.base.certs.renewal_secret import read_ca, renew_secret
 from nativedra.base.cmdline.flags import add_flag
 from nativedra.base.kube.client import api_client
 
@@ -40,18 +44,48 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{PROG}: no API credentials: {error}", file=sys.stderr)
         return 2
     try:
-        ca = read_ca(core, args.namespace, args.ca_secret)
+        ca, previous = read_ca(core, args.namespace, args.ca_secret)
         if args.client_cert_dir is not None:
-            outcome = renew_client_dir(args.client_cert_dir, ca, policy)
+            outcomes = [renew_client_dir(args.client_cert_dir, ca, policy, previous=previous)]
         else:
-            outcome = renew_serving_secret(core, args.namespace, args.serving_secret, ca, policy)
+            outcomes = [
+                renew_secret(core, args.namespace, name, ca, policy, previous=previous)
+                for name in (args.serving_secret, *args.client_secret)
+            ]
     except RenewalError as error:
-        print(f"{PROG}: {error}; nothing was written", file=sys.stderr)
+        print(f"{PROG}: {error}; nothing more was written", file=sys.stderr)
         return 1
     except HTTPError as error:
-        print(f"{PROG}: the API server could not be reached: {error}; nothing was written", file=sys.stderr)
+        print(f"{PROG}: the API server could not be reached: {error}; nothing more was written", file=sys.stderr)
         return 1
-    log.info("%s", outcome.message)
+    for outcome in outcomes:
+        log.info("%s", outcome.message)
+    return 0
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    prog = f"nativedra extender-certs rotate-ca {args.step}"
+    try:
+        core = client.CoreV1Api(api_client(args.kubeconfig))
+    except ConfigException as error:
+        print(f"{prog}: no API credentials: {error}", file=sys.stderr)
+        return 2
+    names = rotation.Names(args.namespace, args.ca_secret, args.serving_secret, args.client_secret)
+    now = dt.datetime.now(dt.UTC)
+    try:
+        if args.step == "start":
+            message = rotation.start(core, names, now, dt.timedelta(days=args.ca_lifetime_days))
+        elif args.step == "switch":
+            message = rotation.switch(core, names, Policy(now, lifetime=dt.timedelta(days=args.lifetime_days)))
+        else:
+            message = rotation.finish(core, names)
+    except RenewalError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 1
+    except HTTPError as error:
+        print(f"{prog}: the API server could not be reached: {error}", file=sys.stderr)
+        return 1
+    log.info("%s", message)
     return 0
 
 
@@ -79,6 +113,13 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_flag(renew, "--ca-secret", default="nativedra-extender-ca", help="Secret holding the CA's ca.crt and ca.key")
     add_flag(
         renew,
+        "--client-secret",
+        action="append",
+        default=[],
+        help="also renew this Secret's tls.crt and tls.key (the second scheduler's client certificate); repeatable",
+    )
+    add_flag(
+        renew,
         "--client-cert-dir",
         type=Path,
         help="renew the scheduler's client certificate here (its tlsConfig certFile and keyFile, named tls.crt "
@@ -100,3 +141,38 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="validity of a renewed certificate, longer than --renew-before-days",
     )
     renew.set_defaults(handler=_run)
+    rotate = verbs.add_parser(
+        "rotate-ca",
+        help="replace the CA with no refused handshake: start, then switch, then finish",
+        description="Rotate the CA in three steps run in order, each once every reader has the last one's "
+        "result (docs/install.md, 'Rotating the CA'). start: a new CA, trusted beside the old one in the "
+        "serving and client Secrets' ca.crt. switch: the new CA signs; the Secrets' leaves re-issued (renew "
+        "re-issues any other leaf of the old CA, e.g. on control-plane nodes). finish: the old CA dropped "
+        "from every bundle (refused while a Secret's leaf is still the old CA's). Each step can be run again.",
+    )
+    rotate.add_argument("step", choices=["start", "switch", "finish"])
+    add_flag(rotate, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
+    add_flag(rotate, "--namespace", default="nativedra-system", help="namespace of the Secrets")
+    add_flag(rotate, "--serving-secret", default="nativedra-extender-tls", help="the extender's TLS Secret")
+    add_flag(rotate, "--ca-secret", default="nativedra-extender-ca", help="Secret holding the CA's ca.crt and ca.key")
+    add_flag(
+        rotate,
+        "--client-secret",
+        default="nativedra-scheduler-extender-client",
+        help="the second scheduler's client Secret (ca.crt, tls.crt, tls.key); skipped when absent",
+    )
+    add_flag(
+        rotate,
+        "--ca-lifetime-days",
+        type=float,
+        default=rotation.CA_LIFETIME / dt.timedelta(days=1),
+        help="validity of the new CA (start)",
+    )
+    add_flag(
+        rotate,
+        "--lifetime-days",
+        type=float,
+        default=LIFETIME / dt.timedelta(days=1),
+        help="validity of the re-issued leaves (switch)",
+    )
+    rotate.set_defaults(handler=_rotate)

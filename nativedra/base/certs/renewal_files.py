@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from cryptography import x509
+
 from nativedra.base.certs.renewal import Ca, Outcome, Policy, RenewalError, decide_and_renew, load_leaf
 from nativedra.base.fsutil.atomic import fsync_directory
 
@@ -113,10 +115,10 @@ def publish_pair(directory: Path, cert_pem: bytes, key_pem: bytes) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def renew_client_dir(directory: Path, ca: Ca, policy: Policy) -> Outcome:
+def renew_client_dir(directory: Path, ca: Ca, policy: Policy, *, previous: x509.Certificate | None = None) -> Outcome:
     where = str(directory / CERT)
     current = load_leaf(read_cert(directory), where)
-    issued, message = decide_and_renew(current, where, ca, policy)
+    issued, message = decide_and_renew(current, where, ca, policy, previous)
     if issued is None:
         return Outcome(False, message)
     try:

@@ -1,5 +1,6 @@
-"""The extender's serving certificate, renewed in its Secret (`tls.crt`, `tls.key`; `ca.crt`, the
-client CA, is left as it is), with the CA read from a Secret of its own (`ca.crt`, `ca.key`).
+"""A certificate pair renewed in its Secret (`tls.crt`, `tls.key`; `ca.crt`, the trusted CA bundle,
+is left as it is): the extender's serving Secret and the second scheduler's client Secret, with the
+CA read from a Secret of its own (`ca.crt`, `ca.key`, and during a rotation `previous.crt`).
 
 The update carries the resourceVersion that was read: when another run (or an admin) changed the
 Secret in between, the API server refuses it with 409 Conflict and the Secret is read and judged
@@ -12,6 +13,7 @@ import binascii
 import json
 from typing import Any
 
+from cryptography import x509
 from kubernetes import client
 
 from nativedra.base.certs.renewal import Ca, Outcome, Policy, RenewalError, decide_and_renew, load_ca, load_leaf
@@ -20,6 +22,7 @@ SERVING_CERT = "tls.crt"
 SERVING_KEY = "tls.key"
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
+PREVIOUS_CA = "previous.crt"  # the CA being rotated out (rotation.py): its leaves are re-issued at once
 ATTEMPTS = 3
 TIMEOUT_S = 30.0
 
@@ -32,14 +35,14 @@ def _refused(error: client.ApiException, what: str) -> RenewalError:
     return RenewalError(f"{what}: {error.status} {detail}")
 
 
-def _read(core: client.CoreV1Api, namespace: str, name: str) -> Any:
+def read(core: client.CoreV1Api, namespace: str, name: str) -> Any:
     try:
         return core.read_namespaced_secret(name, namespace, _request_timeout=TIMEOUT_S)
     except client.ApiException as error:
         raise _refused(error, f"Secret {namespace}/{name}: get") from error
 
 
-def _value(secret: Any, key: str) -> bytes:
+def value(secret: Any, key: str) -> bytes:
     where = f"Secret {secret.metadata.namespace}/{secret.metadata.name}"
     encoded = (secret.data or {}).get(key)
     if not encoded:
@@ -50,18 +53,31 @@ def _value(secret: Any, key: str) -> bytes:
         raise RenewalError(f"{where} key {key}: not base64 ({error})") from error
 
 
-def read_ca(core: client.CoreV1Api, namespace: str, name: str) -> Ca:
-    secret = _read(core, namespace, name)
+def read_ca(core: client.CoreV1Api, namespace: str, name: str) -> tuple[Ca, x509.Certificate | None]:
+    """The signing CA and, while a rotation is under way, the previous one (rotation.py)."""
+    secret = read(core, namespace, name)
     where = f"Secret {namespace}/{name}"
-    return load_ca(_value(secret, CA_CERT), f"{where} key {CA_CERT}", _value(secret, CA_KEY), f"{where} key {CA_KEY}")
+    ca = load_ca(value(secret, CA_CERT), f"{where} key {CA_CERT}", value(secret, CA_KEY), f"{where} key {CA_KEY}")
+    previous = None
+    if (secret.data or {}).get(PREVIOUS_CA):
+        previous = load_leaf(value(secret, PREVIOUS_CA), f"{where} key {PREVIOUS_CA}")
+    return ca, previous
 
 
-def renew_serving_secret(core: client.CoreV1Api, namespace: str, name: str, ca: Ca, policy: Policy) -> Outcome:
+def renew_secret(
+    core: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    ca: Ca,
+    policy: Policy,
+    *,
+    previous: x509.Certificate | None = None,
+) -> Outcome:
     for _ in range(ATTEMPTS):
-        secret = _read(core, namespace, name)
+        secret = read(core, namespace, name)
         where = f"Secret {namespace}/{name} key {SERVING_CERT}"
-        current = load_leaf(_value(secret, SERVING_CERT), where)
-        issued, message = decide_and_renew(current, where, ca, policy)
+        current = load_leaf(value(secret, SERVING_CERT), where)
+        issued, message = decide_and_renew(current, where, ca, policy, previous)
         if issued is None:
             return Outcome(False, message)
         secret.data = {

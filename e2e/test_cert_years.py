@@ -1,0 +1,184 @@
+"""Twelve years of the chart's certificates on the real API server, with a clock that makes the days
+pass: the Secrets `extender.tls.generate` makes (a 10-year CA, 1-year serving and client leaves)
+are renewed every two weeks as the daily CronJob would (`renew_secret` on the serving and the client
+Secret), and when the CA has less than a year left it is rotated (start, two weeks later switch, two
+weeks later finish). Every two weeks, and after every single write, the scheduler's view and the extender's view are
+checked at that simulated time with a full chain verification (cryptography's verifier: validity,
+signature, SANs for the server name the shipped scheduler calls, extended key usage): each side
+with the trust bundle it had one step earlier as well as the current one, because the kubelet
+syncs one mounted Secret after the other. Not one check may fail in twelve years.
+
+The same years without the rotation fail on the day the CA expires: the check can fail."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.x509.verification import (
+    Criticality,
+    ExtensionPolicy,
+    PolicyBuilder,
+    Store,
+    VerificationError,
+)
+from kubernetes import client
+
+from nativedra.base.certs import rotation
+from nativedra.base.certs.renewal import Policy, load_leaf, not_after
+from nativedra.base.certs.renewal_secret import read_ca, renew_secret
+from nativedra.cluster.helm import Helm, build_helm
+from nativedra.objects import apply_documents
+
+SERVING, CA_SECRET, CLIENT = "nativedra-extender-tls", "nativedra-extender-ca", "nativedra-scheduler-extender-client"
+CLUSTER_IP = "10.96.0.88"  # the chart's extender.service.clusterIP: what the shipped urlPrefix names
+STEP = dt.timedelta(days=14)  # the renewal window (60 days) spans four steps
+YEARS = 12
+ROTATE_WITHIN = dt.timedelta(days=365)
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Helm]:
+    yield Helm(build_helm(), tmp_path_factory.mktemp("helm"))
+
+
+def _data(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, bytes]:
+    secret = core.read_namespaced_secret(name, namespace)
+    return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+
+
+@dataclass
+class Views:
+    """What each side held: the scheduler trusts the client Secret's ca.crt and presents its tls.crt;
+    the extender trusts the serving Secret's ca.crt and presents its tls.crt."""
+
+    serving: dict[str, bytes]
+    client: dict[str, bytes]
+
+
+@dataclass
+class Years:
+    core: client.CoreV1Api
+    namespace: str
+    checks: int = 0
+    failures: list[str] = field(default_factory=list)
+    renewals: dict[str, int] = field(default_factory=lambda: {SERVING: 0, CLIENT: 0})
+    rotations: list[str] = field(default_factory=list)
+    last: Views | None = None
+
+    def views(self) -> Views:
+        return Views(_data(self.core, self.namespace, SERVING), _data(self.core, self.namespace, CLIENT))
+
+    def check(self, now: dt.datetime, when: str) -> None:
+        """Both handshakes at `now`, each side with its bundle of now and of the last check."""
+        current = self.views()
+        earlier = self.last or current
+        for scheduler, extender in ((current, current), (earlier, current), (current, earlier)):
+            self.checks += 1
+            problem = _handshake(now, scheduler.client, extender.serving)
+            if problem:
+                self.failures.append(f"{now:%Y-%m-%d} {when}: {problem}")
+        self.last = current
+
+    def renew(self, now: dt.datetime) -> None:
+        ca, previous = read_ca(self.core, self.namespace, CA_SECRET)
+        for name in (SERVING, CLIENT):
+            if renew_secret(self.core, self.namespace, name, ca, Policy(now), previous=previous).renewed:
+                self.renewals[name] += 1
+                self.check(now, f"renewed {name}")
+
+
+def _handshake(now: dt.datetime, scheduler: dict[str, bytes], extender: dict[str, bytes]) -> str | None:
+    """Why the scheduler (trusting its ca.crt) would refuse the extender's serving leaf at its
+    fixed ClusterIP, or the extender (trusting its ca.crt) the scheduler's client leaf, or None.
+    A client certificate needs no subjectAltName in TLS (Go's and Python's stacks accept one
+    without); the verifier's Web PKI profile asks for one, so only that rule is relaxed."""
+    try:
+        trusted = Store(x509.load_pem_x509_certificates(scheduler["ca.crt"]))
+        server = x509.IPAddress(ipaddress.ip_address(CLUSTER_IP))
+        verifier = PolicyBuilder().store(trusted).time(now).build_server_verifier(server)
+        verifier.verify(load_leaf(extender["tls.crt"], "serving"), [])
+    except VerificationError as error:
+        return f"the scheduler refuses the extender: {error}"
+    client_leaf = ExtensionPolicy.webpki_defaults_ee().may_be_present(
+        x509.SubjectAlternativeName, Criticality.AGNOSTIC, None
+    )
+    try:
+        trusted = Store(x509.load_pem_x509_certificates(extender["ca.crt"]))
+        builder = PolicyBuilder().store(trusted).time(now)
+        builder = builder.extension_policies(ca_policy=ExtensionPolicy.webpki_defaults_ca(), ee_policy=client_leaf)
+        builder.build_client_verifier().verify(load_leaf(scheduler["tls.crt"], "client"), [])
+    except VerificationError as error:
+        return f"the extender refuses the scheduler: {error}"
+    return None
+
+
+def _generated(helm: Helm, namespace: str) -> list[dict[str, Any]]:
+    values = {"namespace": {"name": namespace, "create": False}, "extender": {"tls": {"generate": True}}}
+    return [d for d in helm.template(values) if d["kind"] == "Secret"]
+
+
+def _live(years: Years, start: dt.datetime, rotate: bool) -> dt.datetime:
+    """Every two weeks until YEARS have passed, or until the first refused handshake; returns the
+    simulated time it stopped."""
+    now, step = start, None
+    while now < start + dt.timedelta(days=365 * YEARS) and not years.failures:
+        years.renew(now)
+        ca, previous = read_ca(years.core, years.namespace, CA_SECRET)
+        names = rotation.Names(years.namespace, CA_SECRET, SERVING, CLIENT)
+        if rotate and step is None and previous is None and not_after(ca.cert) - now < ROTATE_WITHIN:
+            step = "start"
+        if step is not None:
+            if step == "start":
+                years.rotations.append(rotation.start(years.core, names, now))
+                step = "switch"
+            elif step == "switch":
+                years.rotations.append(rotation.switch(years.core, names, Policy(now)))
+                step = "finish"
+            else:
+                years.rotations.append(rotation.finish(years.core, names))
+                step = None
+            years.check(now, years.rotations[-1].split(":")[0])
+        years.check(now, "every two weeks")
+        now += STEP
+    return now
+
+
+def test_twelve_years_with_one_ca_rotation_refuse_no_handshake(
+    helm: Helm, api: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(api)
+    apply_documents(api, _generated(helm, namespace))
+    original, _ = read_ca(core, namespace, CA_SECRET)
+    years = Years(core, namespace)
+    start = dt.datetime.now(dt.UTC)
+    ended = _live(years, start, rotate=True)
+    assert years.failures == []
+    assert ended >= start + dt.timedelta(days=365 * YEARS)
+    assert [message.split(":")[0] for message in years.rotations] == ["start", "switch", "finish"]
+    final, previous = read_ca(core, namespace, CA_SECRET)
+    assert previous is None and final.cert != original.cert
+    assert not_after(final.cert) > ended
+    # Yearly leaves renewed 60 days ahead: about one renewal a year each, plus the switch's re-issue.
+    assert all(YEARS <= count <= YEARS + 3 for count in years.renewals.values()), years.renewals
+    for name in (SERVING, CLIENT):
+        assert len(x509.load_pem_x509_certificates(_data(core, namespace, name)["ca.crt"])) == 1
+    assert years.checks > 3 * 26 * YEARS
+
+
+def test_without_the_rotation_the_first_refusal_is_the_day_the_ca_expires(
+    helm: Helm, api: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(api)
+    apply_documents(api, _generated(helm, namespace))
+    ca, _ = read_ca(core, namespace, CA_SECRET)
+    years = Years(core, namespace)
+    ended = _live(years, dt.datetime.now(dt.UTC), rotate=False)
+    assert years.failures, "renewal alone kept the chain valid past the CA's end"
+    assert not_after(ca.cert) < ended - STEP <= not_after(ca.cert) + STEP, (years.failures[0], not_after(ca.cert))
