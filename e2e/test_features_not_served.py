@@ -16,7 +16,7 @@ from kubernetes import client, config
 
 from nativedra.base.kube.names import FRACTION_CLASS, GPU_CLASS, SHARE_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node, resolve, wait_for
-from nativedra.cluster.binaries import minor_of
+from nativedra.cluster.binaries import minor_of, pinned_version
 from nativedra.cluster.commands import NodeDirs
 from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.cluster.waits import WaitTimeoutError, unschedulable_message, wait_pod_scheduled
@@ -36,6 +36,13 @@ GATES_OFF = Features(
 def old_defaults(version: str) -> Features:
     """1.34/1.35 as users run them (their defaults); later releases with the two gates turned off."""
     return DEFAULTS if minor_of(version) < GATES_ON_BY_DEFAULT else GATES_OFF
+
+
+GATES_LOCKED_SINCE = 38  # GA and locked on: `--feature-gates=...=false` stops the API server
+pytestmark = pytest.mark.skipif(
+    minor_of(pinned_version()) >= GATES_LOCKED_SINCE,
+    reason="DRAPartitionableDevices and DRAConsumableCapacity are locked on from 1.38: no such API server exists",
+)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from nativedra.base.kube.names import DRIVER_NAME, GPU_CLASS
 from nativedra.base.kube.resources import RESOURCE_SLICES
 from nativedra.cluster import wait_for, wait_pod_unschedulable
-from nativedra.cluster.binaries import minor_of
+from nativedra.cluster.binaries import minor_of, pinned_version
 from nativedra.cluster.components import DEFAULTS, Features
 from nativedra.objects import claim_template, gpu_pod, published_devices, request
 from testkit.extender_harness import fresh_namespace
@@ -33,6 +33,13 @@ TAINTS_ON_BY_DEFAULT = 36  # 1.34 knows no DRADeviceTaintRules gate: older relea
 def no_taints(version: str) -> Features:
     """1.34/1.35 with their defaults (taints not served); later releases with the gates turned off."""
     return DEFAULTS if minor_of(version) < TAINTS_ON_BY_DEFAULT else NO_TAINTS
+
+
+GATES_LOCKED_SINCE = 38  # GA and locked on: `--feature-gates=...=false` stops the API server
+pytestmark = pytest.mark.skipif(
+    minor_of(pinned_version()) >= GATES_LOCKED_SINCE,
+    reason="DRADeviceTaints and DRADeviceTaintRules are locked on from 1.38: no such API server exists",
+)
 
 
 @pytest.fixture

@@ -432,3 +432,17 @@ def test_each_release_gets_its_wiring(helm: Helm, version: str) -> None:
     else:
         with pytest.raises(HelmError, match=r"schedulerMarkerPolicy\.enabled needs Kubernetes 1\.36"):
             helm.template(marker, kube_version=version)
+
+
+@pytest.mark.parametrize("values", [{"secondScheduler": {"enabled": True}}, {"extender": {"tls": {"generate": True}}}])
+def test_the_client_secret_is_renewed_where_the_chart_makes_or_mounts_it(helm: Helm, values: dict[str, Any]) -> None:
+    """The CronJob's run renews the second scheduler's client Secret too, and its Role may update
+    that Secret (by name) and nothing more; without either value neither is there."""
+    for given, expected in ((values, ["nativedra-scheduler-extender-client"]), ({}, [])):
+        documents = helm.template(given)
+        job = named(documents, "CronJob", "nativedra-extender-cert-renewal")["spec"]["jobTemplate"]["spec"]
+        parsed = build_parser().parse_args(job["template"]["spec"]["containers"][0]["args"])
+        assert parsed.client_secret == expected
+        rules = named(documents, "Role", "nativedra-extender-cert-renewal")["rules"]
+        updatable = [name for rule in rules if "update" in rule["verbs"] for name in rule["resourceNames"]]
+        assert updatable == ["nativedra-extender-tls", *expected]
