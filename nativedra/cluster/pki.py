@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from nativedra.base.certs.rotation import CA_KEY_USAGE
+
 _VALIDITY = dt.timedelta(days=365)
 
 
@@ -67,20 +69,7 @@ def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
         # Key identifiers let a verifier tell apart two CAs of one name (old and new, bundled
         # during a rotation): OpenSSL otherwise tries only the first CA whose name matches.
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(CA_KEY_USAGE, critical=True)
         .sign(key, hashes.SHA256())
     )
     return cert, key

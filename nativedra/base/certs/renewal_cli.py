@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 from kubernetes.config import ConfigException
@@ -89,6 +90,18 @@ def _rotate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _where_flags(parser: argparse.ArgumentParser) -> None:
+    """The API credentials and the Secrets both verbs work on."""
+    add_flag(parser, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
+    add_flag(parser, "--namespace", default="nativedra-system", help="namespace of the Secrets")
+    add_flag(parser, "--serving-secret", default="nativedra-extender-tls", help="the extender's TLS Secret")
+    add_flag(parser, "--ca-secret", default="nativedra-extender-ca", help="Secret holding the CA's ca.crt and ca.key")
+
+
+def _lifetime(help_text: str) -> dict[str, Any]:
+    return {"type": float, "default": LIFETIME / dt.timedelta(days=1), "help": help_text}
+
+
 def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subcommands.add_parser(
         "extender-certs",
@@ -107,10 +120,7 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "renewal is due and every input is sound. Exit 0: renewed or not due; 1: bad material or an API "
         "refusal; 2: bad flags.",
     )
-    add_flag(renew, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
-    add_flag(renew, "--namespace", default="nativedra-system", help="namespace of both Secrets")
-    add_flag(renew, "--serving-secret", default="nativedra-extender-tls", help="the extender's TLS Secret")
-    add_flag(renew, "--ca-secret", default="nativedra-extender-ca", help="Secret holding the CA's ca.crt and ca.key")
+    _where_flags(renew)
     add_flag(
         renew,
         "--client-secret",
@@ -133,13 +143,7 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="renew when fewer days than this are left; keep it above the extender's --certificate-warning-days "
         "(30), so that its CertificateExpiringSoon event means renewal is failing",
     )
-    add_flag(
-        renew,
-        "--lifetime-days",
-        type=float,
-        default=LIFETIME / dt.timedelta(days=1),
-        help="validity of a renewed certificate, longer than --renew-before-days",
-    )
+    add_flag(renew, "--lifetime-days", **_lifetime("validity of a renewed certificate, over --renew-before-days"))
     renew.set_defaults(handler=_run)
     rotate = verbs.add_parser(
         "rotate-ca",
@@ -151,10 +155,7 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "from every bundle (refused while a Secret's leaf is still the old CA's). Each step can be run again.",
     )
     rotate.add_argument("step", choices=["start", "switch", "finish"])
-    add_flag(rotate, "--kubeconfig", type=Path, help="kubeconfig file; default: in-cluster service account")
-    add_flag(rotate, "--namespace", default="nativedra-system", help="namespace of the Secrets")
-    add_flag(rotate, "--serving-secret", default="nativedra-extender-tls", help="the extender's TLS Secret")
-    add_flag(rotate, "--ca-secret", default="nativedra-extender-ca", help="Secret holding the CA's ca.crt and ca.key")
+    _where_flags(rotate)
     add_flag(
         rotate,
         "--client-secret",
@@ -168,11 +169,5 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=rotation.CA_LIFETIME / dt.timedelta(days=1),
         help="validity of the new CA (start)",
     )
-    add_flag(
-        rotate,
-        "--lifetime-days",
-        type=float,
-        default=LIFETIME / dt.timedelta(days=1),
-        help="validity of the re-issued leaves (switch)",
-    )
+    add_flag(rotate, "--lifetime-days", **_lifetime("validity of the re-issued leaves (switch)"))
     rotate.set_defaults(handler=_rotate)

@@ -55,6 +55,17 @@ from nativedra.base.certs.renewal_secret import (
 NEXT_CERT = "next.crt"
 NEXT_KEY = "next.key"
 CA_LIFETIME = dt.timedelta(days=3650)
+CA_KEY_USAGE = x509.KeyUsage(
+    digital_signature=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=True,
+    crl_sign=True,
+    encipher_only=False,
+    decipher_only=False,
+)
 
 
 @dataclass(frozen=True)
@@ -80,20 +91,7 @@ def new_ca(subject: x509.Name, now: dt.datetime, lifetime: dt.timedelta = CA_LIF
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + lifetime)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(CA_KEY_USAGE, critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
