@@ -211,7 +211,7 @@ def test_a_bad_ca_secret_is_named_and_the_serving_secret_is_left_unchanged(renew
         renewal.put_ca(data)
         result = renewal.run()
         assert result.returncode == 1, result.stderr
-        assert message in result.stderr and "nothing was written" in result.stderr, result.stderr
+        assert message in result.stderr and "nothing more was written" in result.stderr, result.stderr
         after = renewal.secret()
         assert after.metadata.resource_version == before.metadata.resource_version
         assert after.data == before.data

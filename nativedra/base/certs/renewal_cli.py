@@ -13,6 +13,7 @@ import argparse
 import datetime as dt
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,28 @@ log = logging.getLogger(__name__)
 PROG = "nativedra extender-certs renew"
 
 
+def _guarded(prog: str, args: argparse.Namespace, work: Callable[[client.CoreV1Api], list[str]]) -> int:
+    """Run `work` with the API client of --kubeconfig and log what it did: exit 2 without
+    credentials, 1 when the material or the API refuses (the message names the Secret and key or the
+    file; what was written before the refusal stays), else 0."""
+    try:
+        core = client.CoreV1Api(api_client(args.kubeconfig))
+    except ConfigException as error:
+        print(f"{prog}: no API credentials: {error}", file=sys.stderr)
+        return 2
+    try:
+        messages = work(core)
+    except RenewalError as error:
+        print(f"{prog}: {error}; nothing more was written", file=sys.stderr)
+        return 1
+    except HTTPError as error:
+        print(f"{prog}: the API server could not be reached: {error}; nothing more was written", file=sys.stderr)
+        return 1
+    for message in messages:
+        log.info("%s", message)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     policy = Policy(
         dt.datetime.now(dt.UTC), dt.timedelta(days=args.renew_before_days), dt.timedelta(days=args.lifetime_days)
@@ -39,55 +62,31 @@ def _run(args: argparse.Namespace) -> int:
     if problem:
         print(f"{PROG}: {problem} (--renew-before-days, --lifetime-days)", file=sys.stderr)
         return 2
-    try:
-        core = client.CoreV1Api(api_client(args.kubeconfig))
-    except ConfigException as error:
-        print(f"{PROG}: no API credentials: {error}", file=sys.stderr)
-        return 2
-    try:
+
+    def renew(core: client.CoreV1Api) -> list[str]:
         ca, previous = read_ca(core, args.namespace, args.ca_secret)
         if args.client_cert_dir is not None:
-            outcomes = [renew_client_dir(args.client_cert_dir, ca, policy, previous=previous)]
-        else:
-            outcomes = [
-                renew_secret(core, args.namespace, name, ca, policy, previous=previous)
-                for name in (args.serving_secret, *args.client_secret)
-            ]
-    except RenewalError as error:
-        print(f"{PROG}: {error}; nothing more was written", file=sys.stderr)
-        return 1
-    except HTTPError as error:
-        print(f"{PROG}: the API server could not be reached: {error}; nothing more was written", file=sys.stderr)
-        return 1
-    for outcome in outcomes:
-        log.info("%s", outcome.message)
-    return 0
+            return [renew_client_dir(args.client_cert_dir, ca, policy, previous=previous).message]
+        return [
+            renew_secret(core, args.namespace, name, ca, policy, previous=previous).message
+            for name in (args.serving_secret, *args.client_secret)
+        ]
+
+    return _guarded(PROG, args, renew)
 
 
 def _rotate(args: argparse.Namespace) -> int:
-    prog = f"nativedra extender-certs rotate-ca {args.step}"
-    try:
-        core = client.CoreV1Api(api_client(args.kubeconfig))
-    except ConfigException as error:
-        print(f"{prog}: no API credentials: {error}", file=sys.stderr)
-        return 2
     names = rotation.Names(args.namespace, args.ca_secret, args.serving_secret, args.client_secret)
     now = dt.datetime.now(dt.UTC)
-    try:
+
+    def step(core: client.CoreV1Api) -> list[str]:
         if args.step == "start":
-            message = rotation.start(core, names, now, dt.timedelta(days=args.ca_lifetime_days))
-        elif args.step == "switch":
-            message = rotation.switch(core, names, Policy(now, lifetime=dt.timedelta(days=args.lifetime_days)))
-        else:
-            message = rotation.finish(core, names)
-    except RenewalError as error:
-        print(f"{prog}: {error}", file=sys.stderr)
-        return 1
-    except HTTPError as error:
-        print(f"{prog}: the API server could not be reached: {error}", file=sys.stderr)
-        return 1
-    log.info("%s", message)
-    return 0
+            return [rotation.start(core, names, now, dt.timedelta(days=args.ca_lifetime_days))]
+        if args.step == "switch":
+            return [rotation.switch(core, names, Policy(now, lifetime=dt.timedelta(days=args.lifetime_days)))]
+        return [rotation.finish(core, names)]
+
+    return _guarded(f"nativedra extender-certs rotate-ca {args.step}", args, step)
 
 
 def _where_flags(parser: argparse.ArgumentParser) -> None:
