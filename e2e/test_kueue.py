@@ -1,11 +1,12 @@
-"""Kueue in front: the real Kueue v0.17.0 controller admits JobSets and LeaderWorkerSets (real
-controllers, their webhooks) by a quota that counts nativedra GPUs, and the real kube-scheduler
-calling the extender places what Kueue admitted, whole, in the domain Kueue chose; the two never
-contradict each other.
+"""Kueue in front: the real Kueue controller (v0.19.0; `NATIVEDRA_KUEUE_VERSION=v0.17.0` for the one
+before) admits JobSets and LeaderWorkerSets (real controllers, their webhooks) by a quota that
+counts nativedra GPUs, and the real kube-scheduler calling the extender places what Kueue admitted,
+whole, in the domain Kueue chose; the two never contradict each other.
 
-Kueue runs with nativedra's one Configuration (nativedra/cluster/kueue_config.py): DRA quota on
-(`deviceClassMappings`, Kueue's alpha `DynamicResourceAllocation` gate), the extender marker left
-out of quota. Kueue v0.17 has no support for Kubernetes' native PodGroup (docs/kueue.md).
+Kueue runs with nativedra's Configuration (nativedra/cluster/kueue_config.py): DRA quota on
+(`deviceClassMappings`; v0.19 charges fractions and MIG placements their memory counter, v0.17 one
+device each and needs its alpha `DynamicResourceAllocation` gate), the extender marker left out of
+quota. Kueue v0.17 has no support for Kubernetes' native PodGroup (docs/kueue.md).
 """
 
 from __future__ import annotations
@@ -25,21 +26,27 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.utils.quantity import parse_quantity
 
+from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.publishing.publish_config import PublishConfig
+from dra_driver.publishing.publisher import SlicePublisher
+from dra_driver.publishing.slices import build_slices
 from extender.plan.config import RACK_LABEL
 from extender.preempt.preemptor import COMPONENT as PREEMPTOR_COMPONENT
 from nativedra.base.kube.names import FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
 from nativedra.base.kube.resources import JOBSETS
-from nativedra.cluster import ControlPlane, wait_for
-from nativedra.cluster.addons import JOBSET, LWS
+from nativedra.cluster import ControlPlane, create_fake_node, wait_for
+from nativedra.cluster.addons import JOBSET, KUEUE, LWS
 from nativedra.cluster.kueue_config import (
-    DEVICE_CLASS_MAPPINGS,
     FRACTIONS,
+    GPU_MEMORY,
     MIG_PARTITIONS,
     QUEUE_LABEL,
     SHARES,
     WHOLE_GPUS,
     cluster_queue,
+    counts_by_counter,
     flavor_quota,
     local_queue,
     resource_flavor,
@@ -432,30 +439,62 @@ def test_cohort_borrowing_and_reclaim_move_whole_workloads(team: Team) -> None:
 
 @dataclass(frozen=True)
 class Counted:
-    """A one-pod Job's devices, and what Kueue v0.17 counts for it (None: inadmissible, with a
-    message that says this)."""
+    """A one-pod Job's devices, and what each Kueue release charges for it (None: inadmissible, with
+    a message that says so). v0.19 quantities are the counters the matched devices consume."""
 
     requests: list[dict[str, Any]]
-    expected: dict[str, str] | None
+    v017: dict[str, str] | None
+    v019: dict[str, str] | None
     message: str = ""
     constraints: list[dict[str, Any]] | None = None
     limits: dict[str, str] | None = None
 
 
+def _of(selector: str, value: str) -> str:
+    return f"device.attributes['gpu.nativedra.dev'].{selector} == '{value}'"
+
+
+# The devices of the h100-8x node the test publishes (dra_driver/publishing/slices.py): an H100 has
+# 85520809984 bytes; a half is 42760404992, a quarter 21380202496; MIG 1g.10gb 10334765056,
+# 3g.40gb 42580574208 and 7g.80gb the whole 85520809984 (NVML's profile sizes in MiB, in bytes).
 COUNTED = {
-    "whole-gpus": Counted([request("gpus", GPU_CLASS, count=2)], {WHOLE_GPUS: "2"}),
-    "a-fraction": Counted([request("gpus", FRACTION_CLASS)], {FRACTIONS: "1"}),
-    "two-mig-partitions": Counted([request("gpus", MIG_CLASS, count=2)], {MIG_PARTITIONS: "2"}),
-    "a-share-of-any-size": Counted([request("gpus", SHARE_CLASS, capacity={"memory": "10Gi"})], {SHARES: "1"}),
-    "extended-resource-limits": Counted([], {WHOLE_GPUS: "2"}, limits={WHOLE_GPUS: "2"}),
+    "whole-gpus": Counted([request("gpus", GPU_CLASS, count=2)], {WHOLE_GPUS: "2"}, {WHOLE_GPUS: "2"}),
+    "a-quarter-gpu": Counted(
+        [request("gpus", FRACTION_CLASS, selector=_of("fraction", "1/4"))],
+        None,
+        {GPU_MEMORY: "21380202496"},
+        "CEL selectors are not supported",
+    ),
+    "any-fraction": Counted([request("gpus", FRACTION_CLASS)], {FRACTIONS: "1"}, {GPU_MEMORY: "42760404992"}),
+    "two-1g-mig-placements": Counted(
+        [request("gpus", MIG_CLASS, count=2, selector=_of("profile", "1g.10gb"))],
+        None,
+        {GPU_MEMORY: str(2 * 10334765056)},
+        "CEL selectors are not supported",
+    ),
+    "a-3g-mig-placement": Counted(
+        [request("gpus", MIG_CLASS, selector=_of("profile", "3g.40gb"))],
+        None,
+        {GPU_MEMORY: "42580574208"},
+        "CEL selectors are not supported",
+    ),
+    "two-mig-placements-of-any-size": Counted(
+        [request("gpus", MIG_CLASS, count=2)], {MIG_PARTITIONS: "2"}, {GPU_MEMORY: str(2 * 85520809984)}
+    ),
+    "a-share-of-any-size": Counted(
+        [request("gpus", SHARE_CLASS, capacity={"memory": "10Gi"})], {SHARES: "1"}, {SHARES: "1"}
+    ),
+    "extended-resource-limits": Counted([], {WHOLE_GPUS: "2"}, {WHOLE_GPUS: "2"}, limits={WHOLE_GPUS: "2"}),
     "cel-selector": Counted(
         [request("gpus", GPU_CLASS, selector="device.attributes['gpu.nativedra.dev'].productName != ''")],
         None,
+        {WHOLE_GPUS: "1"},
         "CEL selectors are not supported",
     ),
     "same-numa-constraint": Counted(
         [request("gpus", GPU_CLASS, count=2)],
         None,
+        {WHOLE_GPUS: "2"},
         "device constraints (MatchAttribute) are not supported",
         constraints=[{"requests": ["gpus"], "matchAttribute": "resource.kubernetes.io/numaNode"}],
     ),
@@ -464,11 +503,21 @@ COUNTED = {
 
 @pytest.mark.parametrize("case", list(COUNTED))
 def test_what_kueue_counts_for_each_nativedra_device_kind(team: Team, case: str) -> None:
-    """Kueue's quota usage for one pod's claim template, per DeviceClass (deviceClassMappings): a
-    device of a class counts 1 of its logical resource whatever its size; CEL selectors and
-    constraints make the workload inadmissible (no nodes needed: admission is quota alone)."""
+    """Kueue's quota usage for one pod's claim template (the `deviceClassMappings` of
+    nativedra/cluster/kueue_config.py). v0.17: a device counts 1 of its class's resource whatever its
+    size; CEL selectors and constraints make the workload inadmissible. v0.19: fractions and MIG
+    placements are charged the memory counter their matched devices consume (read from the slices of
+    one published h100-8x node: fractions on GPUs 0-4, a share GPU 5, MIG on GPUs 6-7); selectors and
+    constraints are accepted. Admission is quota alone: nothing is scheduled."""
     counted = COUNTED[case]
-    quota = dict.fromkeys(DEVICE_CLASS_MAPPINGS, "100")
+    expected = counted.v019 if counts_by_counter(KUEUE.version) else counted.v017
+    node = f"count-{team.test}"
+    create_fake_node(team.api, node, {TEST_LABEL: team.test})
+    team.cluster.nodes.append(node)
+    inventory = load_profile(resolve_profile("h100-8x"))
+    SlicePublisher(team.api, node).reconcile(build_slices(inventory, PublishConfig(share_gpus=(5,)), node))
+    parts = {GPU_MEMORY: "10Ti"} if counts_by_counter(KUEUE.version) else {FRACTIONS: "100", MIG_PARTITIONS: "100"}
+    quota = {WHOLE_GPUS: "100", SHARES: "100", **parts}
     flavor = team.flavor("devices")
     queue = team.queue("devices", [(list(quota), [flavor_quota(flavor, quota)])])
     if counted.requests:
@@ -495,7 +544,7 @@ def test_what_kueue_counts_for_each_nativedra_device_kind(team: Team, case: str)
     }
     job = client.BatchV1Api(team.api).create_namespaced_job(team.namespace, body)
     owner = {"metadata": {"uid": job.metadata.uid}}
-    if counted.expected is None:
+    if expected is None:
         workload = _wait_workload(
             team,
             owner,
@@ -511,8 +560,10 @@ def test_what_kueue_counts_for_each_nativedra_device_kind(team: Team, case: str)
         return
     workload = _wait_workload(team, owner, admitted, f"{case} admitted")
     usage = workload["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
-    log.info("%s: Kueue counts %s", case, usage)
-    assert usage == counted.expected, usage
+    log.info("Kueue %s, %s: charged %s", KUEUE.version, case, usage)
+    assert {name: parse_quantity(value) for name, value in usage.items()} == {
+        name: parse_quantity(value) for name, value in expected.items()
+    }, usage
 
 
 def test_a_pod_kueue_admitted_is_never_a_victim_of_the_extenders_preemption(team: Team) -> None:

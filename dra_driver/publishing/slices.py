@@ -117,6 +117,13 @@ def _mig_slice_counters(gpu: Gpu) -> dict[str, Any]:
     return {memory_slice_counter(i): {"value": "1"} for i in range(gpu.mig_memory_slices)}
 
 
+def _mig_counters(gpu: Gpu) -> dict[str, Any]:
+    """A GPU in MIG mode: its memory slices, which keep placements apart, and its memory in bytes,
+    which no placement can exceed but which says how big each is: Kueue's counter-based quota
+    (v0.19) charges a placement the counters it consumes, so a 3g.40gb counts 40 GB, not one device."""
+    return {"memory": {"value": str(gpu.memory_bytes)}, **_mig_slice_counters(gpu)}
+
+
 def _consumption(gpu: Gpu, counters: dict[str, Any], group: str | None) -> dict[str, Any]:
     consumption: dict[str, Any] = {"counterSet": counter_set_name(gpu), "counters": counters}
     if group:
@@ -199,7 +206,14 @@ def _mig_placements(gpu: Gpu, inventory: Inventory, group: str | None = None) ->
                     "ofaEngines": {"value": str(profile.ofa_count)},
                 },
                 "consumesCounters": [
-                    _consumption(gpu, {memory_slice_counter(i): {"value": "1"} for i in slices}, group)
+                    _consumption(
+                        gpu,
+                        {
+                            "memory": {"value": str(min(profile.memory_size_mb * MIB, gpu.memory_bytes))},
+                            **{memory_slice_counter(i): {"value": "1"} for i in slices},
+                        },
+                        group,
+                    )
                 ],
             }
             devices.append(_published(device, DeviceKind.MIG, gpu, mig_profile=profile.name, mig_start=placement.start))
@@ -245,7 +259,7 @@ def devices_and_counters(inventory: Inventory, config: PublishConfig) -> tuple[l
         if gpu.mig_enabled:
             if not config.mig:
                 continue  # a GPU in MIG mode cannot run whole-GPU work
-            counter_sets.append({"name": counter_set_name(gpu), "counters": _mig_slice_counters(gpu)})
+            counter_sets.append({"name": counter_set_name(gpu), "counters": _mig_counters(gpu)})
             devices.extend(_mig_placements(gpu, inventory))
         elif config.shares(gpu.index):
             devices.append(_share(gpu, inventory, config))

@@ -77,7 +77,7 @@ LWS = Addon(
 KUEUE = Addon(
     name="kueue",
     module="sigs.k8s.io/kueue",
-    version="v0.17.0",
+    version=kueue_config.kueue_version(),
     main_package="sigs.k8s.io/kueue/cmd/kueue",
     config_api_version=kueue_config.CONFIG_API_VERSION,
     crd_dirs=("config/components/crd/bases",),
@@ -176,6 +176,8 @@ def webhook_configurations(addon: Addon, root: Path, url: str, ca_bundle: bytes)
             json_patch(d, operations) if d["kind"] == target["kind"] and d["metadata"]["name"] == target["name"] else d
             for d in documents
         ]
+    if kustomization.get("replacements"):  # Kueue v0.19: one namespaceSelector copied to every webhook
+        documents = kueue_config.webhook_replacements(documents, kustomization["replacements"])
     encoded = base64.b64encode(ca_bundle).decode()
     for document in documents:
         document["metadata"]["name"] = f"nativedra-{addon.name}-{document['metadata']['name']}"
@@ -208,7 +210,7 @@ def controller_config(addon: Addon, webhook_port: int, health_port: int, cert_di
         "metrics": {"bindAddress": "0"},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
     }
-    return kueue_config.configuration(common) if addon is KUEUE else common
+    return kueue_config.configuration(common, addon.version) if addon.name == KUEUE.name else common
 
 
 class AddonExitedError(ControlPlaneError):

@@ -113,13 +113,24 @@ def test_all_fractions_of_one_size_fill_the_gpu_exactly_once() -> None:
     assert memory <= total["memory"] and total["memory"] - memory < 8
 
 
-def test_mig_placements_consume_their_memory_slices() -> None:
+def test_mig_placements_consume_their_memory_slices_and_their_memory() -> None:
+    """The slices keep placements apart; the memory counter says how big each is (what Kueue's
+    counter-based quota charges), and the placements that fit side by side never exceed it."""
     specs = build_slices(h100(), PublishConfig(), "node-a")
     devices = {d["name"]: d for d in devices_of(specs)}
     three_g = devices["gpu-6-3g-40gb-4"]["consumesCounters"][0]
     assert three_g["counterSet"] == "gpu-6-counters"
-    assert sorted(three_g["counters"]) == [f"memory-slice-{i}" for i in range(4, 8)]
+    assert sorted(three_g["counters"]) == ["memory", *[f"memory-slice-{i}" for i in range(4, 8)]]
+    assert three_g["counters"]["memory"] == devices["gpu-6-3g-40gb-4"]["capacity"]["memory"]
     assert devices["gpu-6-1g-10gb-3"]["attributes"]["profile"] == {"string": "1g.10gb"}
+    total = counter_sets_of(specs)["gpu-6-counters"]
+    one_g = [
+        d
+        for name, d in devices.items()
+        if name.startswith("gpu-6-") and d["attributes"].get("profile") == {"string": "1g.10gb"}
+    ]
+    memory = sum(Decimal(parse_quantity(d["consumesCounters"][0]["counters"]["memory"]["value"])) for d in one_g)
+    assert len(one_g) == 7 and memory <= total["memory"]
 
 
 def test_share_mode_publishes_one_multi_allocatable_device_per_gpu() -> None:

@@ -5,16 +5,27 @@ the controller on loopback."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from nativedra.base.kube.names import EXTENDER_MARKER
+from nativedra.base.kube.names import DRIVER_NAME, EXTENDER_MARKER, FRACTION_CLASS, MIG_CLASS
 from nativedra.cluster.addons import KUEUE, controller_config, conversions, kueue_metrics_certificate
 from nativedra.cluster.addons import webhook_configurations as configurations_of
 from nativedra.cluster.controlplane import ControlPlaneError
-from nativedra.cluster.kueue_config import CONFIG_API_VERSION, DEVICE_CLASS_MAPPINGS, FEATURE_GATES
+from nativedra.cluster.kueue_config import (
+    CONFIG_API_VERSION,
+    DEVICE_CLASS_MAPPINGS,
+    FEATURE_GATES,
+    GPU_MEMORY,
+    VERSIONS,
+    WHOLE_GPUS,
+    kueue_version,
+    webhook_replacements,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -24,18 +35,81 @@ def _shipped_classes() -> set[str]:
     return {d["metadata"]["name"] for d in documents if d and d["kind"] == "DeviceClass"}
 
 
-def test_every_shipped_device_class_is_mapped_to_its_own_quota_resource() -> None:
-    config = controller_config(KUEUE, 9443, 8081, Path("/certs"))
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_shipped_device_class_is_mapped_once_and_the_marker_left_out(version: str) -> None:
+    """v0.17 counts each DeviceClass as devices of its own resource; v0.19 charges fractions and MIG
+    placements the memory counter they consume, and its configuration names no gate it removed."""
+    config = controller_config(dataclasses.replace(KUEUE, version=version), 9443, 8081, Path("/certs"))
     mappings = config["resources"]["deviceClassMappings"]
     classes = [name for mapping in mappings for name in mapping["deviceClassNames"]]
-    assert sorted(classes) == sorted(_shipped_classes()), "one mapping per DeviceClass of manifests/base"
-    assert len({m["name"] for m in mappings}) == len(mappings) == len(DEVICE_CLASS_MAPPINGS)
+    assert sorted(classes) == sorted(_shipped_classes()), "every DeviceClass of manifests/base, once"
+    assert len({m["name"] for m in mappings}) == len(mappings)
     assert config["resources"]["excludeResourcePrefixes"] == [EXTENDER_MARKER]
-    assert config["featureGates"] == FEATURE_GATES
-    assert FEATURE_GATES["DynamicResourceAllocation"] is True, "without it claims are admitted for free"
+    if version == "v0.17.0":
+        assert config["featureGates"] == FEATURE_GATES
+        assert FEATURE_GATES["DynamicResourceAllocation"] is True, "without it claims are admitted for free"
+        assert len(mappings) == len(DEVICE_CLASS_MAPPINGS) and not any("sources" in m for m in mappings)
+    else:
+        assert "DynamicResourceAllocation" not in config["featureGates"], "v0.19 refuses to start with it"
+        by_name = {m["name"]: m for m in mappings}
+        assert sorted(by_name[GPU_MEMORY]["deviceClassNames"]) == sorted([FRACTION_CLASS, MIG_CLASS])
+        (source,) = by_name[GPU_MEMORY]["sources"]
+        assert source["counter"]["name"] == "memory" and source["counter"]["driver"] == DRIVER_NAME
+        assert "sources" not in by_name[WHOLE_GPUS], "a counted class refuses extended-resource pods"
     assert config["webhook"] == {"port": 9443, "host": "127.0.0.1", "certDir": "/certs"}
     assert config["apiVersion"] == CONFIG_API_VERSION and config["kind"] == "Configuration"
     assert config["leaderElection"] == {"leaderElect": False}
+
+
+def test_an_unknown_kueue_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NATIVEDRA_KUEUE_VERSION", "v0.18.0")
+    with pytest.raises(ValueError, match=r"v0\.17\.0 or v0\.19\.0"):
+        kueue_version()
+    monkeypatch.delenv("NATIVEDRA_KUEUE_VERSION")
+    assert kueue_version() == "v0.19.0"
+
+
+def test_replacements_copy_one_webhooks_selector_to_the_others() -> None:
+    """Kueue v0.19's webhook kustomization: vpod's namespaceSelector copied to mpod and mjob (and to
+    a named webhook that is absent: nothing); another replacement form is refused."""
+    selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["x"]}]}
+    validating: dict[str, Any] = {
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "v"},
+        "webhooks": [{"name": "vpod.kb.io", "namespaceSelector": selector}, {"name": "vjob.kb.io"}],
+    }
+    mutating: dict[str, Any] = {
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "m"},
+        "webhooks": [{"name": "mpod.kb.io"}],
+    }
+    replacement: dict[str, Any] = {
+        "source": {
+            "kind": "ValidatingWebhookConfiguration",
+            "name": "v",
+            "fieldPath": "webhooks.[name=vpod.kb.io].namespaceSelector",
+        },
+        "targets": [
+            {
+                "select": {"kind": "MutatingWebhookConfiguration", "name": "m"},
+                "fieldPaths": [
+                    "webhooks.[name=mpod.kb.io].namespaceSelector",
+                    "webhooks.[name=mray.kb.io].namespaceSelector",
+                ],
+            },
+            {
+                "select": {"kind": "ValidatingWebhookConfiguration", "name": "v"},
+                "fieldPaths": ["webhooks.[name=vjob.kb.io].namespaceSelector"],
+            },
+        ],
+    }
+    done_validating, done_mutating = webhook_replacements([validating, mutating], [replacement])
+    assert done_mutating["webhooks"] == [{"name": "mpod.kb.io", "namespaceSelector": selector}]
+    assert done_validating["webhooks"][1] == {"name": "vjob.kb.io", "namespaceSelector": selector}
+    assert "namespaceSelector" not in validating["webhooks"][1], "the input is left as it was"
+    odd = {**replacement, "source": {**replacement["source"], "fieldPath": "metadata.labels"}}
+    with pytest.raises(ValueError, match="unsupported kustomize replacement"):
+        webhook_replacements([validating, mutating], [odd])
 
 
 def _kueue_module(root: Path) -> Path:
