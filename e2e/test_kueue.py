@@ -456,7 +456,7 @@ def _of(selector: str, value: str) -> str:
 
 # The devices of the h100-8x node the test publishes (dra_driver/publishing/slices.py): an H100 has
 # 85520809984 bytes; a half is 42760404992, a quarter 21380202496; MIG 1g.10gb 10334765056,
-# 3g.40gb 42580574208 and 7g.80gb the whole 85520809984 (NVML's profile sizes in MiB, in bytes).
+# 3g.40gb 42144366592 (40192 MiB) and 7g.80gb, the largest, 84825604096 (80896 MiB): NVML's profile sizes.
 COUNTED = {
     "whole-gpus": Counted([request("gpus", GPU_CLASS, count=2)], {WHOLE_GPUS: "2"}, {WHOLE_GPUS: "2"}),
     "a-quarter-gpu": Counted(
@@ -475,11 +475,11 @@ COUNTED = {
     "a-3g-mig-placement": Counted(
         [request("gpus", MIG_CLASS, selector=_of("profile", "3g.40gb"))],
         None,
-        {GPU_MEMORY: "42580574208"},
+        {GPU_MEMORY: "42144366592"},
         "CEL selectors are not supported",
     ),
     "two-mig-placements-of-any-size": Counted(
-        [request("gpus", MIG_CLASS, count=2)], {MIG_PARTITIONS: "2"}, {GPU_MEMORY: str(2 * 85520809984)}
+        [request("gpus", MIG_CLASS, count=2)], {MIG_PARTITIONS: "2"}, {GPU_MEMORY: str(2 * 84825604096)}
     ),
     "a-share-of-any-size": Counted(
         [request("gpus", SHARE_CLASS, capacity={"memory": "10Gi"})], {SHARES: "1"}, {SHARES: "1"}
@@ -619,3 +619,62 @@ def test_a_pod_kueue_admitted_is_never_a_victim_of_the_extenders_preemption(team
             client.CoreV1Api(team.api).delete_namespaced_pod("big", team.namespace, grace_period_seconds=0)
         for name in (low, high):
             scheduling.delete_priority_class(name)
+
+
+def test_a_memory_quota_admits_as_many_parts_as_fit_in_it(team: Team) -> None:
+    """v0.19: a queue of one H100's memory (80Gi of `nativedra.dev/gpu-memory`) admits four
+    quarter-GPU Jobs and keeps the fifth waiting. v0.17 (no counters, no selectors): a queue of 4
+    fractions admits four fractions of any size and keeps the fifth waiting."""
+    node = f"quota-{team.test}"
+    create_fake_node(team.api, node, {TEST_LABEL: team.test})
+    team.cluster.nodes.append(node)
+    inventory = load_profile(resolve_profile("h100-8x"))
+    SlicePublisher(team.api, node).reconcile(build_slices(inventory, PublishConfig(), node))
+    if counts_by_counter(KUEUE.version):
+        quota = {GPU_MEMORY: "80Gi"}
+        claim_template(
+            team.api, team.namespace, "part", [request("gpus", FRACTION_CLASS, selector=_of("fraction", "1/4"))]
+        )
+    else:
+        quota = {FRACTIONS: "4"}
+        claim_template(team.api, team.namespace, "part", [request("gpus", FRACTION_CLASS)])
+    flavor = team.flavor("parts")
+    queue = team.queue("parts", [(list(quota), [flavor_quota(flavor, quota)])])
+    owners = []
+    for index in range(5):
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": f"part-{index}", "labels": {QUEUE_LABEL: queue}},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "registry.invalid/cuda:12",
+                                "resources": {"claims": [{"name": "gpus"}]},
+                            }
+                        ],
+                        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "part"}],
+                    }
+                }
+            },
+        }
+        job = client.BatchV1Api(team.api).create_namespaced_job(team.namespace, body)
+        owners.append({"metadata": {"uid": job.metadata.uid}})
+        time.sleep(0.2)  # Kueue admits in creation order: the fifth is the one that waits
+
+    def verdicts() -> list[bool]:
+        workloads = [_workload(team, owner) for owner in owners]
+        return [w is not None and admitted(w) for w in workloads]
+
+    wait_for(lambda: sum(verdicts()) == 4, 60, "four Jobs admitted", lambda: _explain(team.api, team.namespace))
+    time.sleep(3)  # and the fifth still waits once Kueue has had its chance
+    assert verdicts() == [True, True, True, True, False]
+    waiting = _workload(team, owners[4])
+    assert waiting is not None
+    reserved = condition(waiting, "QuotaReserved") or {}
+    log.info("Kueue %s, the fifth: %s", KUEUE.version, reserved.get("message"))
+    assert reserved.get("status") == "False", reserved
