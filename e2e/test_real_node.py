@@ -25,8 +25,10 @@ from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.kubelet_paths import DEFAULT_CDI_DIR
+from extender.pods.gang import GANG, GANG_SIZE
 from nativedra.base.kube.names import (
     DRIVER_NAME,
+    EVERY_NODE_PROFILE,
     EXTENDER_MARKER,
     EXTENDER_MARKER_QUANTITY,
     GPU_NODE_LABEL,
@@ -368,7 +370,7 @@ def test_rolling_update_prepares_every_claim(real_node: Node) -> None:
     ready_plugin(real_node)
 
 
-def quarter_gpu_pod(env: Node, namespace: str, number: int) -> str:
+def quarter_gpu_pod(env: Node, namespace: str, number: int, labels: dict[str, str] | None = None) -> str:
     """The quarter-GPU example as pod number `number` of the namespace (its own claim template)."""
     documents = probe_documents(EXAMPLES / "quarter-gpu.yaml", namespace)
     for document in documents:
@@ -376,6 +378,7 @@ def quarter_gpu_pod(env: Node, namespace: str, number: int) -> str:
         if document["kind"] == "Pod":
             document["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] += f"-{number}"
             document["spec"]["containers"][0]["image"] = env.node.image
+            document["metadata"].setdefault("labels", {}).update(labels or {})
     apply_documents(env.api, documents, namespace)
     return str(documents[-1]["metadata"]["name"])
 
@@ -487,6 +490,22 @@ def served_extender(real_node: Node, tmp_path: Path) -> Iterator[str]:
         yield url
     finally:
         stop_calling_extender(real_node.plane)
+
+
+def test_a_gang_is_placed_through_the_shipped_wiring(real_node: Node, served_extender: str) -> None:
+    """Installed from manifests/ and wired with manifests/scheduler/ as shipped (the fixture): a
+    two-pod GPU gang is marked by the shipped policy (so no scheduler without the extender entry
+    could place it), moved to the `nativedra` profile, and bound whole, the scheduler calling the
+    extender at the Service's fixed ClusterIP with no DNS."""
+    with fresh_namespace(real_node.api, "gang") as namespace:
+        labels = {GANG: "pair", GANG_SIZE: "2"}
+        pods = [quarter_gpu_pod(real_node, namespace, number, labels) for number in range(2)]
+        wait_for(lambda: bound(real_node.api, namespace, pods), 90, "the gang bound whole")
+        for name in pods:
+            pod = real_node.core.read_namespaced_pod(name, namespace)
+            assert pod.spec.scheduler_name == EVERY_NODE_PROFILE
+            assert EXTENDER_MARKER in (pod.spec.containers[0].resources.limits or {})
+        assert served_extender == "https://10.96.0.88:8888"
 
 
 def describe_extender(env: Node) -> str:

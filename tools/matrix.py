@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-VERSIONS = ("v1.34.4", "v1.35.4", "v1.36.2", "v1.37.2")
+VERSIONS = ("v1.34.4", "v1.35.4", "v1.36.2", "v1.37.2", "v1.38.0-beta.0")
 # What runs against an API server and scheduler: not the real node (a kubelet build per release),
 # not JobSet/LWS (their controllers pin their own client versions), not native gangs (1.37 only).
 MODULES = (
