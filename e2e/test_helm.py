@@ -27,17 +27,21 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from nativedra.base.kube.names import DRIVER_NAME, GPU_NODE_LABEL
+from extender.pods.gang import GANG, GANG_SIZE
+from nativedra.base.kube.names import DRIVER_NAME, EXTENDER_MARKER, GPU_CLASS, GPU_NODE_LABEL
 from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
+from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender
 from nativedra.cluster.helm import CHART, Helm, build_helm
 from nativedra.cluster.realnode import ContainersUnavailableError, RealNode
 from nativedra.cluster.waits import describe_pod
-from nativedra.objects import apply_documents, our_slices, published_devices
-from testkit.extender_harness import fresh_namespace
+from nativedra.objects import apply_documents, claim_template, our_slices, published_devices, request
+from testkit.extender_harness import bound, fresh_namespace
+from testkit.extender_service import shipped_wiring_of
 from testkit.manifests import containers_unavailable
 
 RELEASE = "nativedra"
+CLIENT_PAIR = "nativedra-scheduler-extender-client"  # the Secret extender.tls.generate makes for the scheduler
 RELEASE_NAMESPACE = "kube-system"  # where docs/install.md's install keeps the release record (it holds the keys)
 NAMESPACE = "nativedra-system"
 NODE = "real-0"
@@ -158,7 +162,7 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OnNode]:
         pytest.skip(reason)
     plane = ControlPlane(state_dir=Path(tmp_path_factory.mktemp("helm-real-node")), binaries=resolve())
     plane.start()
-    node = RealNode(plane, NODE, labels={GPU_NODE_LABEL: "true"}, repo=REPO)
+    node = RealNode(plane, NODE, labels={GPU_NODE_LABEL: "true"}, repo=REPO, kube_proxy=True)
     try:
         try:
             node.start()
@@ -254,7 +258,50 @@ def gpu_pod(env: OnNode, namespace: str) -> str:
     return "gpu"
 
 
-def test_chart_on_the_real_node(real_node: OnNode, capsys: pytest.CaptureFixture[str]) -> None:
+def gang_through_the_shipped_wiring(env: OnNode, files: Path) -> float:
+    """kube-scheduler wired as manifests/scheduler/ ships (its certificate directory filled from the
+    chart's client Secret, bound where a static pod's hostPath puts it), a two-pod GPU gang bound
+    whole through the chart's extender at its fixed ClusterIP, and the scheduler unwired again.
+    Returns the seconds from the gang's creation to both bound."""
+    secret = {key: base64.b64decode(value) for key, value in secret_data(env.core, CLIENT_PAIR).items()}
+    wiring, mounts = shipped_wiring_of(secret, files)
+    call_extender(env.plane, 0, extra=wiring, mounts=mounts)  # `extra` replaces the loopback entry
+    try:
+        with fresh_namespace(env.api, "gang") as namespace:
+            claim_template(env.api, namespace, "gang-gpu", [request("gpu", GPU_CLASS)])
+            started = time.monotonic()
+            names = []
+            for number in range(2):
+                pod: dict[str, Any] = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"member-{number}", "labels": {GANG: "pair", GANG_SIZE: "2"}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 0,
+                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gang-gpu"}],
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": env.node.image,
+                                "command": ["sleep", "3600"],
+                                "resources": {"claims": [{"name": "gpu"}]},
+                            }
+                        ],
+                    },
+                }
+                apply_documents(env.api, [pod], namespace)
+                names.append(pod["metadata"]["name"])
+            wait_for(lambda: bound(env.api, namespace, names), 120, "the gang bound through the shipped wiring")
+            seconds = time.monotonic() - started
+            for name in names:
+                limits = env.core.read_namespaced_pod(name, namespace).spec.containers[0].resources.limits
+                assert EXTENDER_MARKER in (limits or {}), f"{name} was not marked: any scheduler could place it"
+            return seconds
+    finally:
+        stop_calling_extender(env.plane)
+
+
+def test_chart_on_the_real_node(real_node: OnNode, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     env, helm, api, core = real_node, real_node.helm, real_node.api, real_node.core
     assert env.node.image
     repository, tag = env.node.image.rsplit(":", 1)
@@ -298,6 +345,7 @@ def test_chart_on_the_real_node(real_node: OnNode, capsys: pytest.CaptureFixture
             return bool(status.ready_replicas == 1)
 
         wait_for(extender_ready, 180, "the extender Ready with Helm's certificates", lambda: describe_release(env))
+        seconds["gang through the shipped wiring"] = gang_through_the_shipped_wiring(env, tmp_path / "files")
 
         # The renewal Job, as the CronJob would start it, under the chart's Role.
         serving = secret_data(core, "nativedra-extender-tls")

@@ -87,16 +87,22 @@ def tls_secret(tls: ExtenderTls) -> dict[str, Any]:
 
 def shipped_wiring(tls: ExtenderTls, files: Path) -> tuple[dict[str, Any], dict[Path, Path]]:
     """manifests/scheduler/kube-scheduler-config.yaml's profiles and extender entry as shipped, and
-    the mount that puts the scheduler's client pair and CA (copied into `files` under the names its
-    tlsConfig uses) at the shipped directory."""
+    the mount that puts the scheduler's client pair and CA from `tls` at the shipped directory."""
+    material = {"ca.crt": tls.ca_cert, "tls.crt": tls.client_cert, "tls.key": tls.client_key}
+    return shipped_wiring_of({name: path.read_bytes() for name, path in material.items()}, files)
+
+
+def shipped_wiring_of(secret: dict[str, bytes], files: Path) -> tuple[dict[str, Any], dict[Path, Path]]:
+    """The same from a client Secret's data (`ca.crt`, `tls.crt`, `tls.key`, as the chart makes
+    nativedra-scheduler-extender-client), copied into `files` under the names the shipped tlsConfig
+    uses."""
     shipped = yaml.safe_load(SHIPPED_WIRING.read_text())
     (extender,) = shipped["extenders"]
-    paths = {Path(extender["tlsConfig"][key]) for key in ("caFile", "certFile", "keyFile")}
-    (directory,) = {path.parent for path in paths}
-    sources = {"caFile": tls.ca_cert, "certFile": tls.client_cert, "keyFile": tls.client_key}
+    keys = {"caFile": "ca.crt", "certFile": "tls.crt", "keyFile": "tls.key"}
+    (directory,) = {Path(extender["tlsConfig"][field]).parent for field in keys}
     files.mkdir(parents=True, exist_ok=True)
-    for key, source in sources.items():
-        (files / Path(extender["tlsConfig"][key]).name).write_bytes(source.read_bytes())
+    for field, key in keys.items():
+        (files / Path(extender["tlsConfig"][field]).name).write_bytes(secret[key])
     return {"profiles": shipped["profiles"], "extenders": shipped["extenders"]}, {directory: files}
 
 
