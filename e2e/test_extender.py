@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import ssl
 import tempfile
 import time
 import uuid
@@ -26,7 +27,8 @@ from dra_driver.publishing.slices import build_slices
 from extender.plan.config import RACK_LABEL
 from nativedra.base.kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node, wait_for, wait_pod_scheduled
-from nativedra.cluster.pki import renew_extender_tls
+from nativedra.cluster.extender_wiring import call_extender
+from nativedra.cluster.pki import renew_extender_tls, rotate_extender_ca
 from nativedra.cluster.waits import unschedulable_message
 from nativedra.objects import claim_template, gpu_pod, request
 from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
@@ -222,6 +224,74 @@ def _serving_serial(ext: ExtenderCluster) -> int:
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_the_ca_rotates_under_load_and_no_pod_fails_for_tls(ext: ExtenderCluster, ext_namespace: str) -> None:
+    """`rotate-ca`'s three steps on the running extender and the real kube-scheduler while 1-GPU pods
+    keep coming: start (trust bundle old + new; the scheduler restarted, as it reads its caFile only
+    at start), switch (both leaves from the new CA) and finish (the new CA alone; the scheduler
+    restarted). Every pod is bound with no FailedScheduling about TLS; the extender serves a leaf of
+    the new CA and refuses a client certificate of the old one."""
+    api, ns = ext.api, ext_namespace
+    test = uuid.uuid4().hex[:6]
+    ext.add_gpu_nodes(4, {TEST_LABEL: test})
+    claim_template(api, ns, "one", [request("gpu", GPU_CLASS, count=1)])
+    old_ca = x509.load_pem_x509_certificate(ext.tls.ca_cert.read_bytes())
+    old_client = (ext.tls.client_cert.read_bytes(), ext.tls.client_key.read_bytes())
+    steps = {8: "start", 16: "switch", 24: "finish"}
+    names = [f"r{index}" for index in range(32)]
+    for index, name in enumerate(names):
+        if index in steps:
+            rotate_extender_ca(ext.tls, steps[index])
+            if steps[index] != "switch":
+                call_extender(ext.plane, ext.port, ext.tls)  # a new caFile takes a scheduler restart
+        gpu_pod(api, ns, name, "one", node_selector={TEST_LABEL: test})
+        time.sleep(0.2)
+    wait_for(lambda: len(bound(api, ns, names)) == len(names), 180, "every pod bound", lambda: _reasons(api, ns, names))
+    failures = [
+        event.message
+        for event in client.CoreV1Api(api).list_namespaced_event(ns, field_selector="reason=FailedScheduling").items
+    ]
+    assert not [m for m in failures if any(word in (m or "").lower() for word in ("tls", "x509", "certificate"))]
+    (new_ca_cert,) = x509.load_pem_x509_certificates(ext.tls.ca_cert.read_bytes())
+    assert new_ca_cert != old_ca
+    wait_for(lambda: _serving_issuer_key(ext) == _key_id(new_ca_cert), 10, "the extender serving a leaf of the new CA")
+    with tempfile.TemporaryDirectory() as scratch:
+        cert, key = Path(scratch) / "old.crt", Path(scratch) / "old.key"
+        cert.write_bytes(old_client[0])
+        key.write_bytes(old_client[1])
+        context = ssl.create_default_context(cafile=str(ext.tls.ca_cert))
+        context.load_cert_chain(cert, key)
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            _handshake(ext, context)
+    _handshake(ext, ext.client_context())  # the same handshake with the new client pair is served
+
+
+def _key_id(ca: x509.Certificate) -> bytes:
+    return ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value.digest
+
+
+def _serving_issuer_key(ext: ExtenderCluster) -> bytes | None:
+    """The key identifier of the CA that signed the leaf the extender serves a new handshake."""
+    with (
+        socket.create_connection(("127.0.0.1", ext.port), timeout=10) as raw,
+        ext.client_context().wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    leaf = x509.load_der_x509_certificate(der)
+    return leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value.key_identifier
+
+
+def _handshake(ext: ExtenderCluster, context: ssl.SSLContext) -> None:
+    """A TLS 1.3 server checks the client's certificate after the handshake: read, so a refusal shows."""
+    with (
+        socket.create_connection(("127.0.0.1", ext.port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        if not tls.recv(1):
+            raise ConnectionError("closed by the extender")
 
 
 def test_certificates_rotate_under_load_and_no_pod_fails_for_tls(ext: ExtenderCluster, ext_namespace: str) -> None:

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from nativedra.base.certs.rotation import CA_KEY_USAGE
+from nativedra.base.certs.rotation import CA_KEY_USAGE, bundle, new_ca
 
 _VALIDITY = dt.timedelta(days=365)
 
@@ -208,7 +208,7 @@ def _extender_paths(directory: Path) -> ExtenderTls:
     )
 
 
-def _publish(tls: ExtenderTls, written: dict[Path, Callable[[Path], None]]) -> None:
+def _publish(tls: ExtenderTls, written: dict[Path, Callable[[Path], object]]) -> None:
     """The way the kubelet updates a mounted Secret: every file of a version in a new directory, then
     one rename of the `..data` link to it, so a reader sees the old set or the new one and never a
     certificate beside a key it does not match (kube-scheduler would fail its handshakes until its
@@ -236,7 +236,7 @@ def _publish(tls: ExtenderTls, written: dict[Path, Callable[[Path], None]]) -> N
 
 def _leaves(
     tls: ExtenderTls, ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
-) -> dict[Path, Callable[[Path], None]]:
+) -> dict[Path, Callable[[Path], object]]:
     sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
     serving = _leaf(ca, "nativedra-extender", ExtendedKeyUsageOID.SERVER_AUTH, sans)
     client = _leaf(ca, "kube-scheduler", ExtendedKeyUsageOID.CLIENT_AUTH)
@@ -248,6 +248,36 @@ def _leaves(
     }
 
 
+def rotate_extender_ca(tls: ExtenderTls, step: str) -> None:
+    """One step of `nativedra extender-certs rotate-ca` (nativedra/base/certs/rotation.py) on these
+    files, laid out as the kubelet syncs the Secrets: `start` makes a new CA (kept beside the files,
+    `*-next.*`) and the trust bundle `ca_cert` old + new; `switch` signs with the new CA (`ca_key`,
+    `ca_cert` new + old: the signer first) and swaps in leaves it signed; `finish` leaves the new CA
+    alone in `ca_cert`. Each step's files change at once."""
+    next_cert, next_key = tls.ca_cert.with_suffix(".next.crt"), tls.ca_key.with_suffix(".next.key")
+    current = x509.load_pem_x509_certificates(tls.ca_cert.read_bytes())
+    if step == "start":
+        made = new_ca(current[0].subject, dt.datetime.now(dt.UTC))
+        next_cert.write_bytes(made.cert_pem())
+        _write_key(next_key, made.key)
+        _publish(tls, {tls.ca_cert: lambda path: path.write_bytes(bundle(current[0], made.cert))})
+        return
+    upcoming = x509.load_pem_x509_certificate(next_cert.read_bytes())
+    if step == "switch":
+        key = serialization.load_pem_private_key(next_key.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise TypeError(f"{next_key}: expected the EC key `start` wrote")
+        written: dict[Path, Callable[[Path], object]] = {
+            tls.ca_cert: lambda path: path.write_bytes(bundle(upcoming, *current)),
+            tls.ca_key: functools.partial(_write_key, key=key),
+        }
+        _publish(tls, {**written, **_leaves(tls, (upcoming, key))})
+    elif step == "finish":
+        _publish(tls, {tls.ca_cert: lambda path: path.write_bytes(bundle(upcoming))})
+    else:
+        raise ValueError(f"unknown rotation step {step!r}: start, switch or finish")
+
+
 def extender_tls(directory: Path) -> ExtenderTls:
     """A CA of its own (so a test never needs the control plane's CA key) and the two leaves, laid
     out as a mounted Secret is (see `_publish`)."""
@@ -255,7 +285,7 @@ def extender_tls(directory: Path) -> ExtenderTls:
     directory.chmod(0o700)
     tls = _extender_paths(directory)
     ca = _ca("nativedra-extender-ca")
-    written: dict[Path, Callable[[Path], None]] = {
+    written: dict[Path, Callable[[Path], object]] = {
         tls.ca_cert: functools.partial(_write_cert, cert=ca[0]),
         tls.ca_key: functools.partial(_write_key, key=ca[1]),
     }
@@ -266,7 +296,7 @@ def extender_tls(directory: Path) -> ExtenderTls:
 def renew_extender_tls(tls: ExtenderTls, new_ca: bool = False) -> None:
     """New serving and client leaves in place of the old ones, signed by the same CA or, with
     `new_ca`, by a new CA that replaces `ca_cert` and `ca_key`; every file changes at once."""
-    written: dict[Path, Callable[[Path], None]] = {}
+    written: dict[Path, Callable[[Path], object]] = {}
     if new_ca:
         ca = _ca("nativedra-extender-ca")
         written = {
