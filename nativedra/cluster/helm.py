@@ -104,12 +104,15 @@ class Helm:
         chart: Path = CHART,
         release: str = "nativedra",
         kube_version: str | None = None,
+        api_versions: tuple[str, ...] = (),
     ) -> list[dict[str, Any]]:
         """The documents `helm template` renders with `values` over the chart's defaults, for a
-        cluster of `kube_version` (default: helm's own)."""
+        cluster of `kube_version` (default: helm's own) that also serves `api_versions`."""
         args = ["template", release, str(chart)]
         if kube_version:
             args += ["--kube-version", kube_version]
+        for api_version in api_versions:
+            args += ["--api-versions", api_version]
         if values:
             args += ["--values", self._values_file(values)]
         return [d for d in yaml.safe_load_all(self(*args)) if d]

@@ -446,3 +446,34 @@ def test_the_client_secret_is_renewed_where_the_chart_makes_or_mounts_it(helm: H
         rules = named(documents, "Role", "nativedra-extender-cert-renewal")["rules"]
         updatable = [name for rule in rules if "update" in rule["verbs"] for name in rule["resourceNames"]]
         assert updatable == ["nativedra-extender-tls", *expected]
+
+
+def test_cert_manager_issues_the_three_secrets_where_it_is_served(helm: Helm) -> None:
+    """extender.tls.certManager: a CA whose key survives its renewals, and the serving (DNS name and
+    fixed ClusterIP) and client certificates from it, in the Secrets the Deployment, the second
+    scheduler and the renewal tools read; no renewal CronJob. Refused without cert-manager's API and
+    together with generate."""
+    values = {"extender": {"tls": {"certManager": {"enabled": True}}}, "secondScheduler": {"enabled": True}}
+    with pytest.raises(HelmError, match="needs cert-manager"):
+        helm.template(values)
+    with pytest.raises(HelmError, match="choose one"):
+        helm.template({"extender": {"tls": {"certManager": {"enabled": True}, "generate": True}}})
+    documents = helm.template(values, api_versions=("cert-manager.io/v1",))
+    certificates = {d["metadata"]["name"]: d["spec"] for d in documents if d["kind"] == "Certificate"}
+    assert set(certificates) == {
+        "nativedra-extender-ca",
+        "nativedra-extender-tls",
+        "nativedra-scheduler-extender-client",
+    }
+    ca, serving, client = (certificates[name] for name in sorted(certificates))
+    assert ca["isCA"] is True and ca["privateKey"]["rotationPolicy"] == "Never"
+    assert (ca["duration"], ca["renewBefore"]) == ("87600h", "8760h")
+    assert serving["dnsNames"] == [f"nativedra-extender.{NAMESPACE}.svc"] and serving["ipAddresses"] == ["10.96.0.88"]
+    assert (serving["duration"], serving["renewBefore"]) == ("8760h", "1440h")
+    assert "server auth" in serving["usages"] and "client auth" in client["usages"]
+    volumes = named(documents, "Deployment", "nativedra-extender")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": serving["secretName"]}} in volumes
+    assert ca["secretName"] == "nativedra-extender-ca" and client["secretName"] == "nativedra-scheduler-extender-client"
+    issuers = {d["metadata"]["name"] for d in documents if d["kind"] == "Issuer"}
+    assert {serving["issuerRef"]["name"], client["issuerRef"]["name"], ca["issuerRef"]["name"]} == issuers
+    assert not [d for d in documents if d["kind"] in {"CronJob", "Secret"}]
