@@ -4,7 +4,8 @@ are renewed every two weeks as the daily CronJob would (`renew_secret` on the se
 Secret), and when the CA has less than a year left it is rotated (start, two weeks later switch, two
 weeks later finish). Every two weeks, and after every single write, the scheduler's view and the extender's view are
 checked at that simulated time with a full chain verification (cryptography's verifier: validity,
-signature, SANs for the server name the shipped scheduler calls, extended key usage): each side
+signature, SANs for the server name the shipped scheduler calls, extended key usage; and for the
+extender's side OpenSSL too, `openssl verify -attime`, which finds issuers as the extender does): each side
 with the trust bundle it had one step earlier as well as the current one, because the kubelet
 syncs one mounted Secret after the other. Not one check may fail in twelve years.
 
@@ -15,8 +16,11 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import ipaddress
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -109,6 +113,9 @@ def _handshake(now: dt.datetime, scheduler: dict[str, bytes], extender: dict[str
     client_leaf = ExtensionPolicy.webpki_defaults_ee().may_be_present(
         x509.SubjectAlternativeName, Criticality.AGNOSTIC, None
     )
+    refused = _openssl_refuses(now, extender["ca.crt"], scheduler["tls.crt"])
+    if refused:
+        return f"the extender (OpenSSL) refuses the scheduler: {refused}"
     try:
         trusted = Store(x509.load_pem_x509_certificates(extender["ca.crt"]))
         builder = PolicyBuilder().store(trusted).time(now)
@@ -117,6 +124,21 @@ def _handshake(now: dt.datetime, scheduler: dict[str, bytes], extender: dict[str
     except VerificationError as error:
         return f"the extender refuses the scheduler: {error}"
     return None
+
+
+def _openssl_refuses(now: dt.datetime, bundle: bytes, leaf: bytes) -> str | None:
+    """What OpenSSL, the library the extender's TLS uses, says of a client leaf against a CA bundle
+    at `now` (`openssl verify -attime`): None when it verifies. It finds a leaf's issuer by name and
+    key identifier, which cryptography's verifier does not require to match."""
+    with tempfile.TemporaryDirectory() as scratch:
+        trusted, presented = Path(scratch) / "ca.crt", Path(scratch) / "tls.crt"
+        trusted.write_bytes(bundle)
+        presented.write_bytes(leaf)
+        command = ["openssl", "verify", "-attime", str(int(now.timestamp())), "-purpose", "sslclient"]
+        result = subprocess.run(
+            [*command, "-CAfile", str(trusted), str(presented)], capture_output=True, text=True, check=False
+        )
+    return None if result.returncode == 0 else (result.stdout + result.stderr).strip()
 
 
 def _generated(helm: Helm, namespace: str) -> list[dict[str, Any]]:

@@ -276,11 +276,12 @@ class ControlPlane:
         config = components.scheduler_config(self.layout, self.scheduler_config_extra)
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         args = components.scheduler_args(self.layout, config_path)
+        scheduler = self.binaries.kube_scheduler
         if self.scheduler_mounts:
-            exe, args = in_mount_namespace(self.scheduler_mounts, self.binaries.kube_scheduler, args)
+            wrapper, wrapped = in_mount_namespace(self.scheduler_mounts, scheduler, args)
+            self.supervisor.spawn("kube-scheduler", wrapper, wrapped, runs=scheduler)
         else:
-            exe = self.binaries.kube_scheduler
-        self.spawn("kube-scheduler", exe, args)
+            self.spawn("kube-scheduler", scheduler, args)
         self._wait_ready("kube-scheduler", f"https://127.0.0.1:{self.layout.ports['scheduler']}/healthz")
 
     def _wait_ready(self, name: str, url: str, token: str | None = None) -> None:

@@ -94,7 +94,9 @@ class Supervisor:
     tie_to_parent: bool = True
     processes: list[RecordedProcess] = field(default_factory=list)
 
-    def spawn(self, name: str, exe: Path, args: list[str], env: dict[str, str] | None = None) -> RecordedProcess:
+    def spawn(
+        self, name: str, exe: Path, args: list[str], env: dict[str, str] | None = None, runs: Path | None = None
+    ) -> RecordedProcess:
         """Start a process that belongs to this cluster: recorded, logged, and stopped with it."""
         log_path = self.state_dir / "logs" / f"{name}.log"
         with log_path.open("ab") as out:
@@ -107,8 +109,9 @@ class Supervisor:
                 start_new_session=True,
                 preexec_fn=_die_with_parent if self.tie_to_parent else None,  # noqa: PLW1509
             )
-        # /proc/<pid>/exe names the resolved file, so record that (a venv's python is a symlink).
-        recorded = RecordedProcess(name, popen.pid, str(Path(exe).resolve()), str(log_path))
+        # /proc/<pid>/exe names the resolved file, so record that (a venv's python is a symlink); `runs`:
+        # what the process execs into (in_mount_namespace's unshare and sh keep the pid, not the exe).
+        recorded = RecordedProcess(name, popen.pid, str(Path(runs or exe).resolve()), str(log_path))
         self.processes.append(recorded)
         self._save()
         return recorded

@@ -137,6 +137,17 @@ def check_issued_by(cert: x509.Certificate, ca: Ca, cert_where: str) -> None:
         ) from error
 
 
+def authority_key_id(ca: Ca) -> x509.AuthorityKeyIdentifier:
+    """The CA's own subjectKeyIdentifier, when it has one: OpenSSL (the extender's TLS) finds a leaf's
+    issuer by it, and a CA's identifier need not be the SHA-1 of its key (Go 1.26, and so Helm's
+    genCA, makes another kind); computed from the key only for a CA that carries none."""
+    try:
+        ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    except x509.ExtensionNotFound:
+        return x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key())
+    return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
+
+
 def renew(cert: x509.Certificate, ca: Ca, now: dt.datetime, lifetime: dt.timedelta = LIFETIME) -> Issued:
     """The successor of `cert`: a new key, valid from a little before `now` for `lifetime`."""
     key = ec.generate_private_key(ec.SECP256R1())
@@ -149,7 +160,7 @@ def renew(cert: x509.Certificate, ca: Ca, now: dt.datetime, lifetime: dt.timedel
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + lifetime)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+        .add_extension(authority_key_id(ca), critical=False)
     )
     for extension in cert.extensions:
         if isinstance(extension.value, KEPT_EXTENSIONS):

@@ -7,6 +7,7 @@ import datetime as dt
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import NameOID
 
 from nativedra.base.certs.renewal import Ca, Policy, RenewalError, decide_and_renew, issued_by, renew
@@ -51,3 +52,18 @@ def test_a_leaf_of_the_previous_ca_is_renewed_at_once_by_the_new_one() -> None:
 def renew_seed(ca: Ca) -> x509.Certificate:
     """Any certificate to take a subject and extensions from: the CA's own will do."""
     return ca.cert
+
+
+def test_a_renewed_leaf_names_its_ca_by_the_cas_own_key_identifier() -> None:
+    """A CA whose subjectKeyIdentifier is not the SHA-1 of its key (as Go 1.26's, hence Helm's genCA,
+    makes): the renewed leaf's authorityKeyIdentifier is that identifier, which OpenSSL matches."""
+    made = new_ca(SUBJECT, NOW)
+    odd_id = x509.SubjectKeyIdentifier(bytes(range(20)))
+    builder = x509.CertificateBuilder().subject_name(SUBJECT).issuer_name(SUBJECT).public_key(made.key.public_key())
+    builder = builder.serial_number(1).not_valid_before(NOW).not_valid_after(NOW + dt.timedelta(days=3650))
+    builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+    cert = builder.add_extension(odd_id, critical=False).sign(made.key, hashes.SHA256())
+    ca = Ca(cert, made.key, "helm-like")
+    leaf = renew(made.cert, ca, NOW).cert
+    aki = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+    assert aki.key_identifier == bytes(range(20))
