@@ -35,7 +35,7 @@ from cryptography.x509.verification import (
 from kubernetes import client
 
 from nativedra.base.certs import rotation
-from nativedra.base.certs.renewal import Policy, load_leaf, not_after
+from nativedra.base.certs.renewal import Policy, RenewalError, load_leaf, not_after
 from nativedra.base.certs.renewal_secret import read_ca, renew_secret
 from nativedra.cluster.helm import Helm, build_helm
 from nativedra.objects import apply_documents
@@ -206,3 +206,32 @@ def test_without_the_rotation_the_first_refusal_is_the_day_the_ca_expires(
     ended = _live(years, dt.datetime.now(dt.UTC), rotate=False)
     assert years.failures, "renewal alone kept the chain valid past the CA's end"
     assert not_after(ca.cert) < ended - STEP <= not_after(ca.cert) + STEP, (years.failures[0], not_after(ca.cert))
+
+
+def test_a_step_out_of_order_or_a_bundle_not_yet_trusting_is_refused(
+    helm: Helm, api: client.ApiClient, namespace: str
+) -> None:
+    """switch before start, finish before switch, and switch while a reader's bundle lacks the new
+    CA (the client Secret made again with the old CA alone, as a regenerating upgrade would) are
+    refused, naming what to do, and change nothing; a client Secret that is not there is named in
+    the output; finish with no rotation under way does nothing."""
+    core = client.CoreV1Api(api)
+    apply_documents(api, _generated(helm, namespace))
+    names = rotation.Names(namespace, CA_SECRET, SERVING, CLIENT)
+    now = dt.datetime.now(dt.UTC)
+    with pytest.raises(RenewalError, match="run start first"):
+        rotation.switch(core, names, Policy(now))
+    assert rotation.finish(core, names) == "finish: no rotation under way: nothing to do"
+    old = _data(core, namespace, CLIENT)["ca.crt"]
+    rotation.start(core, names, now)
+    with pytest.raises(RenewalError, match="run switch"):
+        rotation.finish(core, names)
+    client_secret = core.read_namespaced_secret(CLIENT, namespace)
+    client_secret.data = {**client_secret.data, "ca.crt": base64.b64encode(old).decode()}
+    core.replace_namespaced_secret(CLIENT, namespace, client_secret)
+    before = {name: _data(core, namespace, name) for name in (CA_SECRET, SERVING, CLIENT)}
+    with pytest.raises(RenewalError, match=f"Secret {namespace}/{CLIENT}: ca.crt does not trust the new CA"):
+        rotation.switch(core, names, Policy(now))
+    assert {name: _data(core, namespace, name) for name in before} == before
+    missing = rotation.Names(namespace, CA_SECRET, SERVING, "no-such-client")
+    assert f"Secret {namespace}/no-such-client not found: skipped" in rotation.start(core, missing, now)

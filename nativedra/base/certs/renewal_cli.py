@@ -78,6 +78,14 @@ def _run(args: argparse.Namespace) -> int:
 def _rotate(args: argparse.Namespace) -> int:
     names = rotation.Names(args.namespace, args.ca_secret, args.serving_secret, args.client_secret)
     now = dt.datetime.now(dt.UTC)
+    prog = f"nativedra extender-certs rotate-ca {args.step}"
+    problem = Policy(now, lifetime=dt.timedelta(days=args.lifetime_days)).problem()
+    if problem or args.ca_lifetime_days < args.lifetime_days:
+        print(
+            f"{prog}: {problem or 'a new CA must outlive the leaves it signs'} (--lifetime-days, --ca-lifetime-days)",
+            file=sys.stderr,
+        )
+        return 2
 
     def step(core: client.CoreV1Api) -> list[str]:
         if args.step == "start":
@@ -86,7 +94,7 @@ def _rotate(args: argparse.Namespace) -> int:
             return [rotation.switch(core, names, Policy(now, lifetime=dt.timedelta(days=args.lifetime_days)))]
         return [rotation.finish(core, names)]
 
-    return _guarded(f"nativedra extender-certs rotate-ca {args.step}", args, step)
+    return _guarded(prog, args, step)
 
 
 def _where_flags(parser: argparse.ArgumentParser) -> None:

@@ -139,11 +139,32 @@ def _client(core: client.CoreV1Api, names: Names) -> Any | None:
         ) from error
 
 
-def _trusting(core: client.CoreV1Api, names: Names) -> list[Any]:
-    """The Secrets whose ca.crt is a trust bundle: the serving one and, when there, the client one."""
+def _trusting(core: client.CoreV1Api, names: Names) -> tuple[list[Any], str]:
+    """The Secrets whose ca.crt is a trust bundle: the serving one and, when there, the client one;
+    and a note when the client Secret was named but not found (said in every step's output, so a
+    wrong name or namespace is not passed over in silence)."""
     found = [read(core, names.namespace, names.serving_secret)]
     client_secret = _client(core, names)
-    return [*found, client_secret] if client_secret is not None else found
+    if client_secret is None:
+        skipped = f"; Secret {names.namespace}/{names.client_secret} not found: skipped" if names.client_secret else ""
+        return found, skipped
+    return [*found, client_secret], ""
+
+
+def _untrusting(secrets: list[Any], ca: x509.Certificate) -> list[str]:
+    """The Secrets whose ca.crt bundle does not hold `ca`."""
+    return [
+        f"Secret {secret.metadata.namespace}/{secret.metadata.name}"
+        for secret in secrets
+        if ca not in x509.load_pem_x509_certificates(value(secret, CA_CERT))
+    ]
+
+
+def _upcoming(secret: Any, names: Names) -> Ca:
+    where = f"Secret {names.namespace}/{names.ca_secret}"
+    return load_ca(
+        value(secret, NEXT_CERT), f"{where} key {NEXT_CERT}", value(secret, NEXT_KEY), f"{where} key {NEXT_KEY}"
+    )
 
 
 def _set_bundle(core: client.CoreV1Api, secrets: list[Any], pem: bytes) -> list[str]:
@@ -160,24 +181,31 @@ def start(core: client.CoreV1Api, names: Names, now: dt.datetime, lifetime: dt.t
         raise RenewalError(f"Secret {names.namespace}/{names.ca_secret}: a rotation was switched already: run finish")
     secret = read(core, names.namespace, names.ca_secret)
     if (secret.data or {}).get(NEXT_CERT):
-        where = f"Secret {names.namespace}/{names.ca_secret}"
-        upcoming = load_ca(
-            value(secret, NEXT_CERT), f"{where} key {NEXT_CERT}", value(secret, NEXT_KEY), f"{where} key {NEXT_KEY}"
-        )
+        upcoming = _upcoming(secret, names)
         made = "kept the new CA made before"
     else:
         issued = new_ca(ca.cert.subject, now, lifetime)
         _update(core, secret, lambda data: {**data, NEXT_CERT: issued.cert_pem(), NEXT_KEY: issued.key_pem()})
         upcoming = Ca(issued.cert, issued.key, f"Secret {names.namespace}/{names.ca_secret} key {NEXT_CERT}")
         made = f"made a new CA valid until {not_after(upcoming.cert):%Y-%m-%dT%H:%M:%SZ}"
-    updated = _set_bundle(core, _trusting(core, names), bundle(ca.cert, upcoming.cert))
-    return f"start: {made}; old + new CA trusted in {', '.join(updated) or 'every bundle already'}"
+    trusting, skipped = _trusting(core, names)
+    # Old first: a leaf without an authorityKeyIdentifier (openssl x509 -req makes such) is matched
+    # by name alone, and OpenSSL tries the first CA of that name.
+    updated = _set_bundle(core, trusting, bundle(ca.cert, upcoming.cert))
+    return f"start: {made}; old + new CA trusted in {', '.join(updated) or 'every bundle already'}{skipped}"
 
 
 def switch(core: client.CoreV1Api, names: Names, policy: Policy) -> str:
+    """Refused unless every bundle already trusts the new CA: a serving leaf of a CA the scheduler
+    does not trust would fail every call (run start again, and let its readers load it, first)."""
     secret = read(core, names.namespace, names.ca_secret)
     data = secret.data or {}
+    trusting, skipped = _trusting(core, names)
     if data.get(NEXT_CERT):
+        upcoming = _upcoming(secret, names)
+        missing = _untrusting(trusting, upcoming.cert)
+        if missing:
+            raise RenewalError(f"{', '.join(missing)}: ca.crt does not trust the new CA yet: run start again first")
 
         def swapped(raw: dict[str, bytes]) -> dict[str, bytes]:
             kept = {k: v for k, v in raw.items() if k not in (NEXT_CERT, NEXT_KEY)}
@@ -187,23 +215,31 @@ def switch(core: client.CoreV1Api, names: Names, policy: Policy) -> str:
     elif not data.get(PREVIOUS_CA):
         raise RenewalError(f"Secret {names.namespace}/{names.ca_secret}: no rotation started: run start first")
     ca, previous = read_ca(core, names.namespace, names.ca_secret)
-    outcomes = [renew_secret(core, names.namespace, names.serving_secret, ca, policy, previous=previous).message]
-    if _client(core, names) is not None and names.client_secret is not None:
-        outcomes.append(renew_secret(core, names.namespace, names.client_secret, ca, policy, previous=previous).message)
-    return "switch: the new CA signs; " + "; ".join(outcomes)
+    missing = _untrusting(trusting, ca.cert)
+    if missing:
+        raise RenewalError(f"{', '.join(missing)}: ca.crt does not trust the new CA: run start again first")
+    outcomes = [
+        renew_secret(core, names.namespace, secret.metadata.name, ca, policy, previous=previous).message
+        for secret in trusting
+    ]
+    return "switch: the new CA signs; " + "; ".join(outcomes) + skipped
 
 
 def finish(core: client.CoreV1Api, names: Names) -> str:
     ca, previous = read_ca(core, names.namespace, names.ca_secret)
     if previous is None:
-        raise RenewalError(f"Secret {names.namespace}/{names.ca_secret}: no rotation was switched: nothing to finish")
-    trusting = _trusting(core, names)
+        if (read(core, names.namespace, names.ca_secret).data or {}).get(NEXT_CERT):
+            raise RenewalError(
+                f"Secret {names.namespace}/{names.ca_secret}: the rotation is not switched yet: run switch"
+            )
+        return "finish: no rotation under way: nothing to do"
+    trusting, skipped = _trusting(core, names)
     for secret in trusting:
         where = f"Secret {secret.metadata.namespace}/{secret.metadata.name} key {SERVING_CERT}"
         if not issued_by(load_leaf(value(secret, SERVING_CERT), where), ca.cert):
             raise RenewalError(f"{where}: not yet signed by the new CA: run switch (or renew) first")
     updated = _set_bundle(core, trusting, bundle(ca.cert))
-    _update(
-        core, read(core, names.namespace, names.ca_secret), lambda d: {k: v for k, v in d.items() if k != PREVIOUS_CA}
-    )
-    return f"finish: only the new CA trusted in {', '.join(updated) or 'every bundle already'}; the old CA dropped"
+    ca_secret = read(core, names.namespace, names.ca_secret)
+    _update(core, ca_secret, lambda data: {k: v for k, v in data.items() if k != PREVIOUS_CA})
+    trusted = ", ".join(updated) or "every bundle already"
+    return f"finish: only the new CA trusted in {trusted}; the old CA dropped{skipped}"
