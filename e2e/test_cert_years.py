@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import NameOID
 from cryptography.x509.verification import (
     Criticality,
     ExtensionPolicy,
@@ -35,7 +37,7 @@ from cryptography.x509.verification import (
 from kubernetes import client
 
 from nativedra.base.certs import rotation
-from nativedra.base.certs.renewal import Policy, RenewalError, load_leaf, not_after
+from nativedra.base.certs.renewal import Ca, Policy, RenewalError, load_leaf, not_after, renew
 from nativedra.base.certs.renewal_secret import read_ca, renew_secret
 from nativedra.cluster.helm import Helm, build_helm
 from nativedra.objects import apply_documents
@@ -235,3 +237,22 @@ def test_a_step_out_of_order_or_a_bundle_not_yet_trusting_is_refused(
     assert {name: _data(core, namespace, name) for name in before} == before
     missing = rotation.Names(namespace, CA_SECRET, SERVING, "no-such-client")
     assert f"Secret {namespace}/no-such-client not found: skipped" in rotation.start(core, missing, now)
+
+
+def test_a_ca_secret_in_cert_managers_layout_is_read(api: client.ApiClient, namespace: str) -> None:
+    """cert-manager keeps a CA Certificate's pair as tls.crt and tls.key (with ca.crt): renewal reads
+    it so, and so the control-plane nodes' client files are renewed by the CA cert-manager issued."""
+    core = client.CoreV1Api(api)
+    now = dt.datetime.now(dt.UTC)
+    made = rotation.new_ca(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nativedra-extender-ca")]), now)
+    ca = Ca(made.cert, made.key, "test")
+    leaf = renew(made.cert, ca, now, dt.timedelta(days=30)).cert  # due: 30 days left
+    pem = made.cert_pem()
+    data = {"tls.crt": pem, "tls.key": made.key_pem(), "ca.crt": pem}
+    serving = {"tls.crt": leaf.public_bytes(Encoding.PEM), "tls.key": made.key_pem(), "ca.crt": pem}
+    for name, content in ((CA_SECRET, data), (SERVING, serving)):
+        body = {"metadata": {"name": name}, "data": {k: base64.b64encode(v).decode() for k, v in content.items()}}
+        core.create_namespaced_secret(namespace, body)
+    read, previous = read_ca(core, namespace, CA_SECRET)
+    assert read.cert == made.cert and previous is None
+    assert renew_secret(core, namespace, SERVING, read, Policy(now)).renewed

@@ -453,7 +453,7 @@ def test_cert_manager_issues_the_three_secrets_where_it_is_served(helm: Helm) ->
     fixed ClusterIP) and client certificates from it, in the Secrets the Deployment, the second
     scheduler and the renewal tools read; no renewal CronJob. Refused without cert-manager's API and
     together with generate."""
-    values = {"extender": {"tls": {"certManager": {"enabled": True}}}, "secondScheduler": {"enabled": True}}
+    values = {"extender": {"tls": {"certManager": {"enabled": True}}}}
     with pytest.raises(HelmError, match="needs cert-manager"):
         helm.template(values)
     with pytest.raises(HelmError, match="choose one"):
@@ -477,3 +477,18 @@ def test_cert_manager_issues_the_three_secrets_where_it_is_served(helm: Helm) ->
     issuers = {d["metadata"]["name"] for d in documents if d["kind"] == "Issuer"}
     assert {serving["issuerRef"]["name"], client["issuerRef"]["name"], ca["issuerRef"]["name"]} == issuers
     assert not [d for d in documents if d["kind"] in {"CronJob", "Secret"}]
+
+
+def test_the_second_scheduler_needs_no_fixed_cluster_ip(helm: Helm) -> None:
+    """It calls the Service's DNS name from its pod: no fixed address (which would fail on a Service
+    range without it) and no IP in the generated serving certificate; the overlay does the same."""
+    documents = helm.template({"secondScheduler": {"enabled": True}, "extender": {"tls": {"generate": True}}})
+    assert "clusterIP" not in named(documents, "Service", "nativedra-extender")["spec"]
+    serving = base64.b64decode(named(documents, "Secret", "nativedra-extender-tls")["data"]["tls.crt"])
+    names = x509.load_pem_x509_certificate(serving).extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert names.value.get_values_for_type(x509.IPAddress) == []
+    overlay = by_key(_kustomized(MANIFESTS / "overlays" / "second-scheduler"))
+    assert "clusterIP" not in overlay[("Service", "nativedra-extender")]["spec"]
+    assert (
+        by_key(_kustomized(MANIFESTS / "base"))[("Service", "nativedra-extender")]["spec"]["clusterIP"] == "10.96.0.88"
+    )

@@ -102,9 +102,11 @@ topologySpreadConstraints:
 {{- end }}
 
 {{/* The extender Service's fixed ClusterIP (extender.service.clusterIP): the URL a host-network
-kube-scheduler calls, with no cluster DNS, and an IP name of the serving certificate. */}}
+kube-scheduler calls, with no cluster DNS, and an IP name of the serving certificate. None with the
+second scheduler: it runs in a pod and calls the Service's DNS name, and a fixed address outside a
+cluster's Service range (EKS, k3s, ...) would fail the install for nothing. */}}
 {{- define "nativedra.extenderIP" -}}
-{{ .Values.extender.service.clusterIP }}
+{{- if not .Values.secondScheduler.enabled }}{{ .Values.extender.service.clusterIP }}{{ end }}
 {{- end }}
 
 {{/* The second scheduler's image: secondScheduler.image, else the kube-scheduler of the cluster's
