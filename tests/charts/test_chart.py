@@ -373,14 +373,14 @@ def test_monitors_and_scheduler_peers(helm: Helm) -> None:
         {
             "plugin": {"podMonitor": {"enabled": True, "labels": {"release": "prom"}}},
             "extender": {
-                "serviceMonitor": {"enabled": True, "interval": "15s"},
+                "serviceMonitor": {"enabled": True, "interval": "1m30s"},
                 "networkPolicy": {"schedulerPeers": peers},
             },
         }
     )
     monitor = named(documents, "ServiceMonitor", "nativedra-extender")
     service = named(documents, "Service", "nativedra-extender")
-    assert monitor["spec"]["endpoints"] == [{"port": "probes", "path": "/metrics", "interval": "15s"}]
+    assert monitor["spec"]["endpoints"] == [{"port": "probes", "path": "/metrics", "interval": "1m30s"}]
     assert "probes" in {port["name"] for port in service["spec"]["ports"]}
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     pod_monitor = named(documents, "PodMonitor", "nativedra-plugin")
@@ -401,6 +401,7 @@ def test_monitors_and_scheduler_peers(helm: Helm) -> None:
         {"imagePullSecret": [{"name": "x"}]},
         {"extender": {"service": {"clusterIP": "nativedra.example"}}},
         {"secondScheduler": {"resources": {"request": {"cpu": "1"}}}},
+        {"extender": {"serviceMonitor": {"interval": "soon"}}},
     ],
 )
 def test_a_typo_fails_the_install_instead_of_being_ignored(helm: Helm, values: dict[str, Any]) -> None:
