@@ -20,7 +20,6 @@ from nativedra.cluster.gobuild import (
     BuildLock,
     build_programs,
     cache_root,
-    download,
     fetch_go_mod,
     go_env,
     run_go_checked,
@@ -173,11 +172,11 @@ def go_directive(go_mod: str) -> str:
 
 def _build_into(version: str, components: list[str], src: Path, bin_dir: Path) -> None:
     """The upstream go.mod is read first (from the proxy, whatever Go it needs); its go line then
-    picks the toolchain that downloads, resolves and builds."""
-    upstream_mod = fetch_go_mod("k8s.io/kubernetes", version, src, go_env())
+    picks the toolchain that resolves and builds (`go mod tidy` downloads what the build needs)."""
+    env = go_env()
+    upstream_mod = fetch_go_mod("k8s.io/kubernetes", version, src, env)
     needed = go_directive(upstream_mod)
-    env = toolchain_env(go_env(), needed, local_go_version())
-    download("k8s.io/kubernetes", version, src, env)
+    env = toolchain_env(env, needed, local_go_version())
     go_mod = wrapper_go_mod(version, staging_modules(upstream_mod), needed)
     ldflags = " ".join(
         [

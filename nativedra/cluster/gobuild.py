@@ -73,14 +73,22 @@ def run_go(
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def run_go_checked(args: list[str], cwd: Path, env: dict[str, str], what: str | None = None) -> str:
-    """Run go; if only the checksum database is unreachable, retry once with GOSUMDB=off (the module
-    proxy is the single source either way; the fallback is logged). Returns stdout."""
+def run_go_via_proxy(
+    args: list[str], cwd: Path, env: dict[str, str], what: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run go; if only the checksum database is unreachable, retry once with GOSUMDB=off, kept in
+    `env` for the steps after (the module proxy is the single source either way; logged)."""
     result = run_go(args, cwd, env, what)
     if result.returncode != 0 and "sum.golang.org" in result.stderr and env.get("GOSUMDB") != "off":
         log.warning("Go checksum database unreachable; building with GOSUMDB=off (proxy only)")
         env["GOSUMDB"] = "off"
         result = run_go(args, cwd, env, what)
+    return result
+
+
+def run_go_checked(args: list[str], cwd: Path, env: dict[str, str], what: str | None = None) -> str:
+    """`run_go_via_proxy`, failing unless go succeeded. Returns stdout."""
+    result = run_go_via_proxy(args, cwd, env, what)
     if result.returncode != 0:
         raise BinaryError(f"`go {' '.join(args)}` failed in {cwd}:\n{result.stderr[-4000:]}")
     return result.stdout
@@ -96,7 +104,7 @@ def fetch_go_mod(module: str, version: str, cwd: Path, env: dict[str, str]) -> s
     """The go.mod of `module@version`, also when this Go is too old to download the module itself
     (the proxy's .mod comes first; `go mod download` then reports "requires go >= X")."""
     cwd.mkdir(parents=True, exist_ok=True)
-    result = run_go(["mod", "download", "-json", f"{module}@{version}"], cwd, env)
+    result = run_go_via_proxy(["mod", "download", "-json", f"{module}@{version}"], cwd, env)
     try:
         go_mod = json.loads(result.stdout or "{}").get("GoMod")
     except ValueError:
