@@ -126,11 +126,23 @@ def _spki(key: CertificatePublicKeyTypes) -> bytes:
     return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
+def _not_issued_by(cert: x509.Certificate, ca: x509.Certificate) -> Exception | None:
+    """Why `cert` does not carry `ca`'s signature, or None when it does."""
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature) as error:
+        return error
+    return None
+
+
+def issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    return _not_issued_by(cert, ca) is None
+
+
 def check_issued_by(cert: x509.Certificate, ca: Ca, cert_where: str) -> None:
     """`cert` carries the CA's signature: a successor from this CA is trusted where the old one was."""
-    try:
-        cert.verify_directly_issued_by(ca.cert)
-    except (ValueError, TypeError, InvalidSignature) as error:
+    error = _not_issued_by(cert, ca.cert)
+    if error is not None:
         raise RenewalError(
             f"{cert_where}: {cert.subject.rfc4514_string()} was not signed by the CA in {ca.where} "
             f"({ca.cert.subject.rfc4514_string()}): {error or type(error).__name__}"
@@ -185,14 +197,6 @@ class Outcome:
 
     renewed: bool
     message: str
-
-
-def issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
 
 
 def decide_and_renew(

@@ -79,7 +79,8 @@ def _rotate(args: argparse.Namespace) -> int:
     names = rotation.Names(args.namespace, args.ca_secret, args.serving_secret, args.client_secret)
     now = dt.datetime.now(dt.UTC)
     prog = f"nativedra extender-certs rotate-ca {args.step}"
-    problem = Policy(now, lifetime=dt.timedelta(days=args.lifetime_days)).problem()
+    policy = Policy(now, lifetime=dt.timedelta(days=args.lifetime_days))
+    problem = policy.problem()
     if problem or args.ca_lifetime_days < args.lifetime_days:
         print(
             f"{prog}: {problem or 'a new CA must outlive the leaves it signs'} (--lifetime-days, --ca-lifetime-days)",
@@ -91,7 +92,7 @@ def _rotate(args: argparse.Namespace) -> int:
         if args.step == "start":
             return [rotation.start(core, names, now, dt.timedelta(days=args.ca_lifetime_days))]
         if args.step == "switch":
-            return [rotation.switch(core, names, Policy(now, lifetime=dt.timedelta(days=args.lifetime_days)))]
+            return [rotation.switch(core, names, policy)]
         return [rotation.finish(core, names)]
 
     return _guarded(prog, args, step)

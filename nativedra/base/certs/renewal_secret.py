@@ -54,17 +54,21 @@ def value(secret: Any, key: str) -> bytes:
 
 
 def read_ca(core: client.CoreV1Api, namespace: str, name: str) -> tuple[Ca, x509.Certificate | None]:
-    """The signing CA and, while a rotation is under way, the previous one (rotation.py). A CA
-    Secret that cert-manager issued keeps the CA as tls.crt and tls.key (no ca.key): read as such."""
-    secret = read(core, namespace, name)
-    where = f"Secret {namespace}/{name}"
-    cert_key, key_key = (CA_CERT, CA_KEY) if (secret.data or {}).get(CA_KEY) else (SERVING_CERT, SERVING_KEY)
-    if cert_key == SERVING_CERT and not (secret.data or {}).get(SERVING_KEY):
-        cert_key, key_key = CA_CERT, CA_KEY  # neither layout: the error names ca.key
-    cert, key = value(secret, cert_key), value(secret, key_key)
-    ca = load_ca(cert, f"{where} key {cert_key}", key, f"{where} key {key_key}")
+    return ca_of(read(core, namespace, name))
+
+
+def ca_of(secret: Any) -> tuple[Ca, x509.Certificate | None]:
+    """The signing CA a CA Secret holds and, while a rotation is under way, the previous one
+    (rotation.py). A CA Secret that cert-manager issued keeps the CA as tls.crt and tls.key (no
+    ca.key): read as such."""
+    data = secret.data or {}
+    where = f"Secret {secret.metadata.namespace}/{secret.metadata.name}"
+    cert_key, key_key = (
+        (SERVING_CERT, SERVING_KEY) if data.get(SERVING_KEY) and not data.get(CA_KEY) else (CA_CERT, CA_KEY)
+    )
+    ca = load_ca(value(secret, cert_key), f"{where} key {cert_key}", value(secret, key_key), f"{where} key {key_key}")
     previous = None
-    if (secret.data or {}).get(PREVIOUS_CA):
+    if data.get(PREVIOUS_CA):
         previous = load_leaf(value(secret, PREVIOUS_CA), f"{where} key {PREVIOUS_CA}")
     return ca, previous
 

@@ -46,8 +46,8 @@ from nativedra.base.certs.renewal_secret import (
     PREVIOUS_CA,
     SERVING_CERT,
     TIMEOUT_S,
+    ca_of,
     read,
-    read_ca,
     renew_secret,
     value,
 )
@@ -176,10 +176,10 @@ def _set_bundle(core: client.CoreV1Api, secrets: list[Any], pem: bytes) -> list[
 
 
 def start(core: client.CoreV1Api, names: Names, now: dt.datetime, lifetime: dt.timedelta = CA_LIFETIME) -> str:
-    ca, previous = read_ca(core, names.namespace, names.ca_secret)
+    secret = read(core, names.namespace, names.ca_secret)
+    ca, previous = ca_of(secret)
     if previous is not None:
         raise RenewalError(f"Secret {names.namespace}/{names.ca_secret}: a rotation was switched already: run finish")
-    secret = read(core, names.namespace, names.ca_secret)
     if (secret.data or {}).get(NEXT_CERT):
         upcoming = _upcoming(secret, names)
         made = "kept the new CA made before"
@@ -211,10 +211,10 @@ def switch(core: client.CoreV1Api, names: Names, policy: Policy) -> str:
             kept = {k: v for k, v in raw.items() if k not in (NEXT_CERT, NEXT_KEY)}
             return {**kept, PREVIOUS_CA: raw[CA_CERT], CA_CERT: raw[NEXT_CERT], CA_KEY: raw[NEXT_KEY]}
 
-        _update(core, secret, swapped)
+        _update(core, secret, swapped)  # `secret` now holds what was written
     elif not data.get(PREVIOUS_CA):
         raise RenewalError(f"Secret {names.namespace}/{names.ca_secret}: no rotation started: run start first")
-    ca, previous = read_ca(core, names.namespace, names.ca_secret)
+    ca, previous = ca_of(secret)
     missing = _untrusting(trusting, ca.cert)
     if missing:
         raise RenewalError(f"{', '.join(missing)}: ca.crt does not trust the new CA: run start again first")
@@ -226,9 +226,10 @@ def switch(core: client.CoreV1Api, names: Names, policy: Policy) -> str:
 
 
 def finish(core: client.CoreV1Api, names: Names) -> str:
-    ca, previous = read_ca(core, names.namespace, names.ca_secret)
+    ca_secret = read(core, names.namespace, names.ca_secret)
+    ca, previous = ca_of(ca_secret)
     if previous is None:
-        if (read(core, names.namespace, names.ca_secret).data or {}).get(NEXT_CERT):
+        if (ca_secret.data or {}).get(NEXT_CERT):
             raise RenewalError(
                 f"Secret {names.namespace}/{names.ca_secret}: the rotation is not switched yet: run switch"
             )
@@ -239,7 +240,6 @@ def finish(core: client.CoreV1Api, names: Names) -> str:
         if not issued_by(load_leaf(value(secret, SERVING_CERT), where), ca.cert):
             raise RenewalError(f"{where}: not yet signed by the new CA: run switch (or renew) first")
     updated = _set_bundle(core, trusting, bundle(ca.cert))
-    ca_secret = read(core, names.namespace, names.ca_secret)
     _update(core, ca_secret, lambda data: {k: v for k, v in data.items() if k != PREVIOUS_CA})
     trusted = ", ".join(updated) or "every bundle already"
     return f"finish: only the new CA trusted in {trusted}; the old CA dropped{skipped}"
