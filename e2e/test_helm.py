@@ -27,16 +27,15 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from extender.pods.gang import GANG, GANG_SIZE
-from nativedra.base.kube.names import DRIVER_NAME, EXTENDER_MARKER, GPU_CLASS, GPU_NODE_LABEL
+from nativedra.base.kube.names import DRIVER_NAME, EXTENDER_MARKER, GPU_NODE_LABEL
 from nativedra.base.kube.resources import RESOURCE_CLAIMS
 from nativedra.cluster import ControlPlane, resolve, wait_for
 from nativedra.cluster.extender_wiring import call_extender, stop_calling_extender
 from nativedra.cluster.helm import CHART, Helm, build_helm
 from nativedra.cluster.realnode import ContainersUnavailableError, RealNode
 from nativedra.cluster.waits import describe_pod
-from nativedra.objects import apply_documents, claim_template, our_slices, published_devices, request
-from testkit.extender_harness import bound, fresh_namespace
+from nativedra.objects import apply_documents, our_slices, published_devices
+from testkit.extender_harness import bound, fresh_namespace, gang_pods
 from testkit.extender_service import shipped_wiring_of
 from testkit.manifests import containers_unavailable
 
@@ -268,29 +267,8 @@ def gang_through_the_shipped_wiring(env: OnNode, files: Path) -> float:
     call_extender(env.plane, 0, extra=wiring, mounts=mounts)  # `extra` replaces the loopback entry
     try:
         with fresh_namespace(env.api, "gang") as namespace:
-            claim_template(env.api, namespace, "gang-gpu", [request("gpu", GPU_CLASS)])
             started = time.monotonic()
-            names = []
-            for number in range(2):
-                pod: dict[str, Any] = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"member-{number}", "labels": {GANG: "pair", GANG_SIZE: "2"}},
-                    "spec": {
-                        "terminationGracePeriodSeconds": 0,
-                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gang-gpu"}],
-                        "containers": [
-                            {
-                                "name": "c",
-                                "image": env.node.image,
-                                "command": ["sleep", "3600"],
-                                "resources": {"claims": [{"name": "gpu"}]},
-                            }
-                        ],
-                    },
-                }
-                apply_documents(env.api, [pod], namespace)
-                names.append(pod["metadata"]["name"])
+            names = gang_pods(env.api, namespace, "pair", 2, 1)
             wait_for(lambda: bound(env.api, namespace, names), 120, "the gang bound through the shipped wiring")
             seconds = time.monotonic() - started
             for name in names:

@@ -135,6 +135,16 @@ class Team:
         self.cluster_queues.append(full)
         return name
 
+    def publish_h100(self, prefix: str, config: PublishConfig) -> str:
+        """A node of this test publishing the h100-8x profile's devices as the plugin would with
+        `config` (fractions, MIG on GPUs 6-7, shares where asked); removed after the test."""
+        node = f"{prefix}-{self.test}"
+        create_fake_node(self.api, node, {TEST_LABEL: self.test})
+        self.cluster.nodes.append(node)
+        inventory = load_profile(resolve_profile("h100-8x"))
+        SlicePublisher(self.api, node).reconcile(build_slices(inventory, config, node))
+        return node
+
     def flavor(self, name: str, topology_name: str | None = None) -> str:
         full = f"{name}-{self.test}"
         apply(self.api, resource_flavor(full, {TEST_LABEL: self.test}, topology_name))
@@ -202,6 +212,18 @@ def _wait_workload(team: Team, owner: dict[str, Any], test: Any, what: str, time
     wait_for(check, timeout, what, lambda: _explain(team.api, team.namespace))
     workload: dict[str, Any] = found["workload"]
     return workload
+
+
+def _queued_job(team: Team, name: str, queue: str, template: dict[str, Any]) -> dict[str, Any]:
+    """A Job of one pod of `template` in `queue`, never retried; returns what `_workload` takes."""
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
+        "spec": {"backoffLimit": 0, "template": template},
+    }
+    job = client.BatchV1Api(team.api).create_namespaced_job(team.namespace, body)
+    return {"metadata": {"uid": job.metadata.uid}}
 
 
 def _gpu_quota(team: Team, name: str, gpus: int, flavor: str | None = None, **fields: Any) -> str:
@@ -511,11 +533,7 @@ def test_what_kueue_counts_for_each_nativedra_device_kind(team: Team, case: str)
     constraints are accepted. Admission is quota alone: nothing is scheduled."""
     counted = COUNTED[case]
     expected = counted.v019 if counts_by_counter(KUEUE.version) else counted.v017
-    node = f"count-{team.test}"
-    create_fake_node(team.api, node, {TEST_LABEL: team.test})
-    team.cluster.nodes.append(node)
-    inventory = load_profile(resolve_profile("h100-8x"))
-    SlicePublisher(team.api, node).reconcile(build_slices(inventory, PublishConfig(share_gpus=(5,)), node))
+    team.publish_h100("count", PublishConfig(share_gpus=(5,)))
     parts = {GPU_MEMORY: "10Ti"} if counts_by_counter(KUEUE.version) else {FRACTIONS: "100", MIG_PARTITIONS: "100"}
     quota = {WHOLE_GPUS: "100", SHARES: "100", **parts}
     flavor = team.flavor("devices")
@@ -525,25 +543,11 @@ def test_what_kueue_counts_for_each_nativedra_device_kind(team: Team, case: str)
     resources: dict[str, Any] = {"claims": [{"name": "gpus"}]} if counted.requests else {}
     if counted.limits:
         resources["limits"] = counted.limits
-    body = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "count", "labels": {QUEUE_LABEL: queue}},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "registry.invalid/cuda:12", "resources": resources}],
-                    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "devices"}]
-                    if counted.requests
-                    else [],
-                }
-            },
-        },
-    }
-    job = client.BatchV1Api(team.api).create_namespaced_job(team.namespace, body)
-    owner = {"metadata": {"uid": job.metadata.uid}}
+    claims = [{"name": "gpus", "resourceClaimTemplateName": "devices"}] if counted.requests else []
+    container = {"name": "main", "image": "registry.invalid/cuda:12", "resources": resources}
+    owner = _queued_job(
+        team, "count", queue, {"spec": {"restartPolicy": "Never", "containers": [container], "resourceClaims": claims}}
+    )
     if expected is None:
         workload = _wait_workload(
             team,
@@ -625,11 +629,7 @@ def test_a_memory_quota_admits_as_many_parts_as_fit_in_it(team: Team) -> None:
     """v0.19: a queue of one H100's memory (80Gi of `nativedra.dev/gpu-memory`) admits four
     quarter-GPU Jobs and keeps the fifth waiting. v0.17 (no counters, no selectors): a queue of 4
     fractions admits four fractions of any size and keeps the fifth waiting."""
-    node = f"quota-{team.test}"
-    create_fake_node(team.api, node, {TEST_LABEL: team.test})
-    team.cluster.nodes.append(node)
-    inventory = load_profile(resolve_profile("h100-8x"))
-    SlicePublisher(team.api, node).reconcile(build_slices(inventory, PublishConfig(), node))
+    team.publish_h100("quota", PublishConfig())
     if counts_by_counter(KUEUE.version):
         quota = {GPU_MEMORY: "80Gi"}
         claim_template(
@@ -642,28 +642,7 @@ def test_a_memory_quota_admits_as_many_parts_as_fit_in_it(team: Team) -> None:
     queue = team.queue("parts", [(list(quota), [flavor_quota(flavor, quota)])])
     owners = []
     for index in range(5):
-        body = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": f"part-{index}", "labels": {QUEUE_LABEL: queue}},
-            "spec": {
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [
-                            {
-                                "name": "main",
-                                "image": "registry.invalid/cuda:12",
-                                "resources": {"claims": [{"name": "gpus"}]},
-                            }
-                        ],
-                        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "part"}],
-                    }
-                }
-            },
-        }
-        job = client.BatchV1Api(team.api).create_namespaced_job(team.namespace, body)
-        owners.append({"metadata": {"uid": job.metadata.uid}})
+        owners.append(_queued_job(team, f"part-{index}", queue, pod_template("part")))
         time.sleep(0.2)  # Kueue admits in creation order: the fifth is the one that waits
 
     def verdicts() -> list[bool]:
