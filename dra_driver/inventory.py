@@ -32,6 +32,25 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True)
 
 
+class Fault(_Model):
+    """Why a GPU is tainted. A fatal fault (most XIDs, a double-bit ECC error, a GPU gone from the
+    bus) breaks what runs on the GPU; a non-fatal one (an XID the application itself caused) only
+    keeps new work off it. `reason` is the taint's value, so it is a label value."""
+
+    reason: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    fatal: bool
+    description: str = Field(default="", max_length=256)
+
+    def over(self, earlier: Fault | None) -> Fault:
+        """The fault that stands once this one follows `earlier`: the latest, except that a fatal
+        fault is never replaced by a non-fatal one (the GPU stays broken)."""
+        return earlier if earlier is not None and earlier.fatal and not self.fatal else self
+
+
+# A GPU marked Unhealthy without saying why (a fault file's `unhealthy:` list, an older backend).
+UNSPECIFIED_FAULT = Fault(reason="unhealthy", fatal=True, description="marked unhealthy")
+
+
 class MigPlacement(_Model):
     """A GPU-instance placement in memory-slice units, as NVML reports it."""
 
@@ -71,10 +90,25 @@ class Gpu(_Model):
     pcie_root: str | None = None
     numa_node: Annotated[int, Field(ge=0)] | None = None
     health: Health = Health.HEALTHY
+    fault: Fault | None = None
     mig_capable: bool = False
     mig_enabled: bool = False
     mig_memory_slices: Annotated[int, Field(ge=0, le=16)] = 0
     mig_profiles: tuple[MigProfile, ...] = ()
+
+    @property
+    def tainting_fault(self) -> Fault | None:
+        """The fault its devices are tainted for, if any: an Unhealthy GPU always has one."""
+        if self.fault is not None:
+            return self.fault
+        return UNSPECIFIED_FAULT if self.health is Health.UNHEALTHY else None
+
+    def with_fault(self, fault: Fault) -> Gpu:
+        """The GPU after `fault`; a fatal fault makes it Unhealthy (the kubelet's health stream says
+        so), and a fatal fault already seen is never replaced by a non-fatal one."""
+        fault = fault.over(self.fault)
+        health = Health.UNHEALTHY if fault.fatal else self.health
+        return self.model_copy(update={"fault": fault, "health": health})
 
     @field_validator("pci_bus_id")
     @classmethod

@@ -17,3 +17,12 @@ PREPARE_SECONDS = Histogram(
 )
 CLAIM_ERRORS = Counter("nativedra_claim_errors_total", "Failed claim operations by reason", ["operation", "reason"])
 PREPARED_CLAIMS = Gauge("nativedra_prepared_claims", "Claims currently prepared on this node")
+GPU_FAULTS = Counter(
+    "nativedra_gpu_faults_total", "GPU faults seen (a new fault of a GPU), by reason and fatality", ["reason", "fatal"]
+)
+FAULT_POD_EVENTS = Counter(
+    "nativedra_gpu_fault_pods_total",
+    "Pods told that a GPU they use has failed, by the taint effect they were told of "
+    "(NoExecute: the kube-controller-manager evicts them)",
+    ["effect"],
+)

@@ -7,12 +7,13 @@ import ctypes
 import importlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from dra_driver.discovery import DiscoveryError, pci
-from dra_driver.inventory import Gpu, Health, Inventory, MigPlacement, MigProfile, Vendor
+from dra_driver.faults import DOUBLE_BIT_ECC, xid_fault
+from dra_driver.inventory import Fault, Gpu, Inventory, MigPlacement, MigProfile, Vendor
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,9 @@ BRAND_NAMES = {
     "NVS": "NVS",
 }
 MIG_ENABLED = 1
-# XIDs that mean the GPU needs attention; application-caused ones (13, 31, 43, 45, 68) are ignored.
+# Event types registered for health (dra_driver.faults says what each fault means for the pods).
 CRITICAL_XID_EVENTS = 0x0000000000000008  # nvmlEventTypeXidCriticalError
 DOUBLE_BIT_ECC_EVENT = 0x0000000000000002
-IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 NVML_LIBRARY = "libnvidia-ml.so.1"
 # Library directories under the driver root, in the order distributions and the GPU operator use.
 LIBRARY_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "lib64", "usr/lib", "lib")
@@ -160,7 +160,7 @@ def _multiprocessors(nvml: Any, handle: Any) -> int | None:
         return None
 
 
-def _gpu(nvml: Any, handle: Any, sys_root: Path, unhealthy: set[str]) -> Gpu:
+def _gpu(nvml: Any, handle: Any, sys_root: Path, faults: Mapping[str, Fault]) -> Gpu:
     bus_id = pci.normalize_bus_id(str(nvml.nvmlDeviceGetPciInfo(handle).busId))
     numa: int | None
     try:
@@ -175,7 +175,7 @@ def _gpu(nvml: Any, handle: Any, sys_root: Path, unhealthy: set[str]) -> Gpu:
         current_mig, profiles = 0, ()
     major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
     uuid = str(nvml.nvmlDeviceGetUUID(handle))
-    return Gpu(
+    gpu = Gpu(
         vendor=Vendor.NVIDIA,
         index=int(nvml.nvmlDeviceGetIndex(handle)),
         minor=int(nvml.nvmlDeviceGetMinorNumber(handle)),
@@ -189,19 +189,28 @@ def _gpu(nvml: Any, handle: Any, sys_root: Path, unhealthy: set[str]) -> Gpu:
         pci_bus_id=bus_id,
         pcie_root=pci.pcie_root(sys_root, bus_id),
         numa_node=numa,
-        health=Health.UNHEALTHY if uuid in unhealthy else Health.HEALTHY,
         mig_capable=bool(profiles),
         mig_enabled=bool(profiles) and current_mig == MIG_ENABLED,
         mig_memory_slices=max((p.start + p.size for pr in profiles for p in pr.placements), default=0),
         mig_profiles=profiles,
     )
+    return gpu.with_fault(faults[uuid]) if uuid in faults else gpu
 
 
-def read_inventory(nvml: Any, sys_root: Path, unhealthy: set[str] | None = None) -> Inventory:
-    """Everything NVML says about this node's GPUs, as an `Inventory` (NVML already initialised)."""
+def event_fault(event_type: int, event_data: int) -> Fault | None:
+    """The fault of one NVML event, None for a type not registered for health."""
+    if event_type == CRITICAL_XID_EVENTS:
+        return xid_fault(event_data)
+    if event_type == DOUBLE_BIT_ECC_EVENT:
+        return DOUBLE_BIT_ECC
+    return None
+
+
+def read_inventory(nvml: Any, sys_root: Path, faults: Mapping[str, Fault] | None = None) -> Inventory:
+    """Everything NVML says about this node's GPUs, as an `Inventory` (NVML already initialised);
+    `faults` by GPU UUID."""
     gpus = [
-        _gpu(nvml, nvml.nvmlDeviceGetHandleByIndex(i), sys_root, unhealthy or set())
-        for i in range(nvml.nvmlDeviceGetCount())
+        _gpu(nvml, nvml.nvmlDeviceGetHandleByIndex(i), sys_root, faults or {}) for i in range(nvml.nvmlDeviceGetCount())
     ]
     return Inventory(
         driver_version=str(nvml.nvmlSystemGetDriverVersion()),
@@ -211,7 +220,7 @@ def read_inventory(nvml: Any, sys_root: Path, unhealthy: set[str] | None = None)
 
 
 class NvmlBackend:
-    """NVML discovery; critical XID and double-bit ECC events mark a GPU unhealthy."""
+    """NVML discovery; critical XID and double-bit ECC events are the GPUs' faults."""
 
     name = "nvml"
     can_prepare_mig = False  # MIG instances are not created on demand on real GPUs yet
@@ -219,10 +228,10 @@ class NvmlBackend:
     def __init__(self, sys_root: Path = Path("/sys"), nvml: Any = None, driver_root: Path = Path("/")) -> None:
         self.nvml = nvml if nvml is not None else load_nvml(driver_root)
         self.sys_root = sys_root
-        self.unhealthy: set[str] = set()
+        self.faults: dict[str, Fault] = {}  # by UUID; a fault lasts until the plugin restarts
 
     def discover(self) -> Inventory:
-        return read_inventory(self.nvml, self.sys_root, self.unhealthy)
+        return read_inventory(self.nvml, self.sys_root, self.faults)
 
     def watch(self, stop: threading.Event, changed: Callable[[], None]) -> None:
         nvml = self.nvml
@@ -247,14 +256,10 @@ class NvmlBackend:
                 log.warning("NVML event wait failed: %s", error)
                 stop.wait(5)
                 continue
-            if event.eventType == CRITICAL_XID_EVENTS and int(event.eventData) in IGNORED_XIDS:
+            fault = event_fault(int(event.eventType), int(event.eventData))
+            if fault is None:
                 continue
             uuid = str(nvml.nvmlDeviceGetUUID(event.device))
-            log.error(
-                "GPU %s: NVML event type %#x data %s; marking Unhealthy",
-                uuid,
-                event.eventType,
-                event.eventData,
-            )
-            self.unhealthy.add(uuid)
+            log.error("GPU %s: NVML event %#x (%s): %s", uuid, event.eventType, event.eventData, fault.description)
+            self.faults[uuid] = fault.over(self.faults.get(uuid))
             changed()

@@ -18,7 +18,8 @@ import yaml
 from pydantic import ValidationError
 
 from dra_driver.discovery import DiscoveryError
-from dra_driver.inventory import Gpu, Health, Inventory
+from dra_driver.faults import NAMED_FAULTS, xid_fault
+from dra_driver.inventory import UNSPECIFIED_FAULT, Fault, Gpu, Inventory
 
 PROFILE_KEYS = {"driverVersion", "cudaDriverVersion", "models", "gpus"}
 
@@ -150,17 +151,55 @@ def profile_document(inventory: Inventory) -> dict[str, Any]:
     return {**node, "models": models, "gpus": gpus}
 
 
-def load_faults(path: Path) -> set[str]:
-    """GPU indexes or UUIDs a fault file marks unhealthy: `unhealthy: [0, GPU-...]`."""
+FAULT_KEYS = {"unhealthy", "faults"}
+
+
+def _fault_entry(entry: object, where: str) -> tuple[str, Fault]:
+    """One `faults:` entry: `{gpu: index|uuid, xid: N}` or `{gpu, event: double-bit-ecc|gpu-lost}`."""
+    if not isinstance(entry, dict) or "gpu" not in entry or len(entry) != 2 or not ({"xid", "event"} & set(entry)):
+        raise ProfileError(f"{where}: expected {{gpu: index or UUID, xid: N}} or {{gpu, event: ...}}")
+    if "xid" in entry:
+        xid = entry["xid"]
+        if not isinstance(xid, int) or isinstance(xid, bool):
+            raise ProfileError(f"{where}: field 'xid' must be an integer")
+        try:
+            return str(entry["gpu"]), xid_fault(xid)
+        except ValueError as error:
+            raise ProfileError(f"{where}: field 'xid': {error}") from error
+    event = entry["event"]
+    if event not in NAMED_FAULTS:
+        raise ProfileError(f"{where}: field 'event' must be one of {sorted(NAMED_FAULTS)}")
+    return str(entry["gpu"]), NAMED_FAULTS[event]
+
+
+def load_faults(path: Path) -> dict[str, Fault]:
+    """GPU index or UUID -> the fault a fault file gives it (the stand-in for NVML's events):
+    `unhealthy: [0, GPU-...]` (fatal, reason not given) and `faults: [{gpu: 3, xid: 79}]`."""
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
-        return set()
+        return {}
     except (OSError, yaml.YAMLError) as error:
         raise ProfileError(f"fault file {path}: {error}") from error
-    if not isinstance(raw, dict) or not isinstance(raw.get("unhealthy", []), list):
+    if not isinstance(raw, dict) or set(raw) - FAULT_KEYS:
+        raise ProfileError(f"fault file {path}: expected a mapping with keys {sorted(FAULT_KEYS)}")
+    unhealthy, listed = raw.get("unhealthy") or [], raw.get("faults") or []
+    if not isinstance(unhealthy, list):
         raise ProfileError(f"fault file {path}: field 'unhealthy' must be a list of GPU indexes or UUIDs")
-    return {str(item) for item in raw.get("unhealthy", [])}
+    if not isinstance(listed, list):
+        raise ProfileError(f"fault file {path}: field 'faults' must be a list")
+    faults = {str(item): UNSPECIFIED_FAULT for item in unhealthy}
+    for position, entry in enumerate(listed):
+        gpu, fault = _fault_entry(entry, f"fault file {path}: faults[{position}]")
+        faults[gpu] = fault.over(faults.get(gpu))
+    return faults
+
+
+def _with_faults(gpu: Gpu, faults: dict[str, Fault]) -> Gpu:
+    for selector in (str(gpu.index), gpu.uuid):
+        if selector in faults:
+            gpu = gpu.with_fault(faults[selector])
+    return gpu
 
 
 class SimulatedBackend:
@@ -177,14 +216,10 @@ class SimulatedBackend:
 
     def discover(self) -> Inventory:
         inventory = load_profile(self.path)
-        faults = load_faults(self.fault_file) if self.fault_file else set()
+        faults = load_faults(self.fault_file) if self.fault_file else {}
         if not faults:
             return inventory
-        gpus = tuple(
-            gpu.model_copy(update={"health": Health.UNHEALTHY}) if {str(gpu.index), gpu.uuid} & faults else gpu
-            for gpu in inventory.gpus
-        )
-        return inventory.model_copy(update={"gpus": gpus})
+        return inventory.model_copy(update={"gpus": tuple(_with_faults(gpu, faults) for gpu in inventory.gpus)})
 
     def _fingerprint(self) -> tuple[tuple[float, int] | None, ...]:
         stamps: list[tuple[float, int] | None] = []

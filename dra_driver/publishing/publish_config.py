@@ -33,6 +33,11 @@ class PublishConfig(BaseModel):
     # Where the API server keeps no device taints (1.34/1.35 defaults), a faulty GPU is not published
     # at all rather than published allocatable (set by the plugin when it sees taints dropped).
     omit_unhealthy: bool = False
+    # The taint effect for a fatal fault: NoSchedule keeps new claims off the GPU and leaves its pods
+    # running; NoExecute makes the kube-controller-manager evict the pods using it (Kubernetes 1.37+
+    # by default), so a gang's framework restarts it in seconds instead of hanging on a broken GPU.
+    # Non-fatal faults (application XIDs) are always NoSchedule.
+    fatal_fault_effect: Literal["NoSchedule", "NoExecute"] = "NoSchedule"
 
     @field_validator("fractions")
     @classmethod

@@ -11,11 +11,13 @@ publishing); `pack_slices` is the edge that turns them into slice specs.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 from typing import Any
 
-from dra_driver.inventory import Gpu, Health, Inventory, MigProfile
+from dra_driver.faults import taint_effect
+from dra_driver.inventory import Fault, Gpu, Health, Inventory, MigProfile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.published import DeviceKind, Fraction, PublishedDevice, memory_slice_counter
 from nativedra.base.kube.names import DRIVER_NAME, STANDARD_NUMA_ATTRIBUTE
@@ -91,9 +93,7 @@ def _published(
     mig_profile: str | None = None,
     mig_start: int | None = None,
 ) -> PublishedDevice:
-    """The device with its API form; an unhealthy GPU taints every device made from it."""
-    if gpu.health is Health.UNHEALTHY:
-        api["taints"] = [{"key": UNHEALTHY_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    """The device with its API form (its taints are `_taint`'s)."""
     return PublishedDevice(api["name"], kind, gpu, api, fraction, mig_profile, mig_start)
 
 
@@ -256,6 +256,7 @@ def devices_and_counters(inventory: Inventory, config: PublishConfig) -> tuple[l
     for gpu in sorted(inventory.gpus, key=lambda g: g.index):
         if config.omit_unhealthy and gpu.health is Health.UNHEALTHY:
             continue
+        first = len(devices)
         if gpu.mig_enabled:
             if not config.mig:
                 continue  # a GPU in MIG mode cannot run whole-GPU work
@@ -277,7 +278,23 @@ def devices_and_counters(inventory: Inventory, config: PublishConfig) -> tuple[l
             devices.extend(_fractions(gpu, inventory, config.fractions))
         else:
             devices.append(_whole_gpu(gpu, inventory, with_counters=False))
+        devices[first:] = _tainted(devices[first:], gpu, config)
     return devices, counter_sets
+
+
+def fault_taint(fault: Fault, config: PublishConfig) -> Spec:
+    """The taint a faulty GPU's devices carry: its reason as value, so a toleration or a
+    DeviceTaintRule can tell an application XID from a GPU gone."""
+    return {"key": UNHEALTHY_TAINT_KEY, "value": fault.reason, "effect": taint_effect(fault, config.fatal_fault_effect)}
+
+
+def _tainted(devices: list[PublishedDevice], gpu: Gpu, config: PublishConfig) -> list[PublishedDevice]:
+    """A faulty GPU taints every device made from it."""
+    fault = gpu.tainting_fault
+    if fault is None:
+        return devices
+    taints = [fault_taint(fault, config)]
+    return [dataclasses.replace(device, api={**device.api, "taints": taints}) for device in devices]
 
 
 def _is_advanced(device: Spec) -> bool:

@@ -26,7 +26,13 @@ def _add_discovery_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--backend", choices=BACKENDS, default="nvml", help="how GPUs are discovered")
     add_flag(parser, "--profile", help="simulated backend: profile file, or a shipped name such as h100-8x")
     add_flag(parser, "--sys-root", type=Path, default=DEFAULT_SYS_ROOT, help="sysfs root (a fake tree in tests)")
-    add_flag(parser, "--fault-file", type=Path, help="simulated backend: YAML `unhealthy: [index|uuid, ...]`")
+    add_flag(
+        parser,
+        "--fault-file",
+        type=Path,
+        help="simulated backend: YAML `unhealthy: [index|uuid, ...]` and `faults: [{gpu: index|uuid, xid: N}]` "
+        "or `{gpu, event: double-bit-ecc|gpu-lost}`",
+    )
     add_flag(
         parser,
         "--driver-root",
@@ -49,6 +55,13 @@ def _add_publish_flags(parser: argparse.ArgumentParser) -> None:
     )
     add_flag(
         parser,
+        "--fatal-fault-effect",
+        choices=("NoSchedule", "NoExecute"),
+        help="taint effect on the devices of a GPU with a fatal fault (XID, double-bit ECC, off the bus); "
+        "NoExecute: the kube-controller-manager evicts the pods using it (default NoSchedule)",
+    )
+    add_flag(
+        parser,
         "--sharing",
         choices=("exclusive", "consumable"),
         help="consumable: publish every GPU as a consumable share device (claims request memory/compute)",
@@ -64,6 +77,8 @@ def publish_config_from(args: argparse.Namespace) -> PublishConfig:
         overrides["mig"] = args.mig == "true"
     if args.mig_or_fractions is not None:
         overrides["mig_or_fractions"] = args.mig_or_fractions == "true"
+    if args.fatal_fault_effect is not None:
+        overrides["fatal_fault_effect"] = args.fatal_fault_effect
     if args.sharing == "consumable":
         overrides["share_gpus"] = "all"
     elif args.sharing == "exclusive":

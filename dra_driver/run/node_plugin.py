@@ -17,9 +17,10 @@ from prometheus_client import start_http_server
 from dra_driver.background import Activity
 from dra_driver.discovery import Backend
 from dra_driver.kubelet.checkpoint import Checkpoint, boot_id
-from dra_driver.kubelet.claim_api import API_TIMEOUT_S, api_claim_sources
+from dra_driver.kubelet.claim_api import API_TIMEOUT_S, api_claim_reader, api_claim_sources
 from dra_driver.kubelet.device_status import DeviceStatusReports, api_status_applier
 from dra_driver.kubelet.events import FailureEvents, api_event_poster, node_warning
+from dra_driver.kubelet.fault_events import FaultEvents
 from dra_driver.kubelet.grpc_server import HealthServicer, KubeletServers
 from dra_driver.kubelet.metadata_store import MetadataStore
 from dra_driver.kubelet.prepare import ClaimPreparer, LocalNode, Reporters
@@ -130,6 +131,8 @@ def run(settings: PluginSettings, stop: threading.Event | None = None) -> int:
     servers.start()
     publishing = _thread("slices", controller.run, stop)
     _thread("events", events.run, stop)
+    faults = FaultEvents(devices, checkpoint.read, api_claim_reader(api), post_event, settings.node_name)
+    _thread("fault-events", faults.run, stop)
     reporting = _thread("device-status", statuses.run, stop)
     # Watchers block in long reads; they are daemons and end with the process.
     _thread("slice-watch", controller.watch_slices, stop)

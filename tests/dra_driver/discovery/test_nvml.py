@@ -8,14 +8,18 @@ import pytest
 
 from dra_driver.discovery import DiscoveryError
 from dra_driver.discovery.nvml import (
+    CRITICAL_XID_EVENTS,
+    DOUBLE_BIT_ECC_EVENT,
     NvmlBackend,
     cuda_version,
+    event_fault,
     find_nvml_library,
     load_nvml,
     nvml_library_candidates,
     read_inventory,
 )
 from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.faults import DOUBLE_BIT_ECC, xid_fault
 from tests.dra_driver.discovery.fake_nvml import FakeNvml
 from tests.dra_driver.discovery.fakesys import FakePciDevice, build_sysfs
 
@@ -46,12 +50,22 @@ def test_numa_falls_back_to_sysfs_when_nvml_has_none(tmp_path: Path) -> None:
     assert {g.numa_node for g in read_inventory(nvml, sys_root).gpus} == {1}
 
 
-def test_backend_marks_gpus_unhealthy_by_uuid(tmp_path: Path) -> None:
+def test_backend_gives_gpus_their_faults_by_uuid(tmp_path: Path) -> None:
     expected = load_profile(resolve_profile("l4-4x"))
     backend = NvmlBackend(sys_root=tmp_path, nvml=FakeNvml(expected))
-    backend.unhealthy.add(expected.gpus[2].uuid)
-    health = [g.health.value for g in backend.discover().gpus]
-    assert health == ["Healthy", "Healthy", "Unhealthy", "Healthy"]
+    backend.faults[expected.gpus[2].uuid] = xid_fault(79)
+    backend.faults[expected.gpus[3].uuid] = xid_fault(13)
+    gpus = backend.discover().gpus
+    assert [g.health.value for g in gpus] == ["Healthy", "Healthy", "Unhealthy", "Healthy"]
+    assert [g.fault.reason if g.fault else None for g in gpus] == [None, None, "xid-79", "xid-13"]
+
+
+def test_events_become_faults_fatal_or_not() -> None:
+    assert event_fault(CRITICAL_XID_EVENTS, 79) == xid_fault(79)
+    assert xid_fault(79).fatal and "fallen off the bus" in xid_fault(79).description
+    assert not xid_fault(13).fatal  # the application's own error: the GPU is fit for other work
+    assert event_fault(DOUBLE_BIT_ECC_EVENT, 0) == DOUBLE_BIT_ECC
+    assert event_fault(0x1, 0) is None  # a type not registered for health
 
 
 def test_missing_nvml_says_so_and_suggests_another_backend(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -128,3 +128,42 @@ def test_inventory_as_a_profile_simulates_the_same_gpus(
     written = tmp_path / "node.yaml"
     written.write_text(capsys.readouterr().out)
     assert SimulatedBackend(str(written)).discover() == load_profile(resolve_profile(profile))
+
+
+def test_a_fault_file_gives_gpus_their_faults(tmp_path: Path) -> None:
+    faults = tmp_path / "faults.yaml"
+    uuid = load_profile(resolve_profile("h100-8x")).gpus[5].uuid
+    faults.write_text(
+        yaml.safe_dump(
+            {
+                "unhealthy": [0],
+                "faults": [{"gpu": 1, "xid": 79}, {"gpu": 2, "xid": 13}, {"gpu": uuid, "event": "double-bit-ecc"}],
+            }
+        )
+    )
+    gpus = SimulatedBackend("h100-8x", faults).discover().gpus
+    reasons = {gpu.index: (gpu.tainting_fault.reason, gpu.health.value) for gpu in gpus if gpu.tainting_fault}
+    assert reasons == {
+        0: ("unhealthy", "Unhealthy"),
+        1: ("xid-79", "Unhealthy"),
+        2: ("xid-13", "Healthy"),
+        5: ("double-bit-ecc", "Unhealthy"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("document", "named"),
+    [
+        ({"faults": [{"gpu": 1, "xid": "79"}]}, "faults[0]: field 'xid' must be an integer"),
+        ({"faults": [{"gpu": 1, "event": "melted"}]}, "faults[0]: field 'event' must be one of"),
+        ({"faults": [{"xid": 79}]}, "faults[0]: expected {gpu"),
+        ({"faults": {"gpu": 1}}, "field 'faults' must be a list"),
+        ({"broken": [1]}, "expected a mapping with keys"),
+    ],
+)
+def test_a_bad_fault_file_names_the_entry_and_field(tmp_path: Path, document: object, named: str) -> None:
+    faults = tmp_path / "faults.yaml"
+    faults.write_text(yaml.safe_dump(document))
+    with pytest.raises(ProfileError) as error:
+        SimulatedBackend("h100-8x", faults).discover()
+    assert named in str(error.value) and str(faults) in str(error.value)

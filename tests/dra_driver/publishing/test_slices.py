@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
-from dra_driver.inventory import Gpu, Health, Inventory
+from dra_driver.faults import xid_fault
+from dra_driver.inventory import Fault, Gpu, Health, Inventory
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import (
     COMPUTE_UNITS,
@@ -159,6 +160,38 @@ def test_unhealthy_gpu_is_tainted_with_all_its_partitions() -> None:
     for device in devices_of(specs):
         tainted = any(t["key"] == UNHEALTHY_TAINT_KEY for t in device.get("taints", []))
         assert tainted == (device["attributes"]["index"]["int"] == 1), device["name"]
+
+
+def _faulty(index: int, fault: Fault) -> Inventory:
+    inventory = h100()
+    gpus = tuple(gpu.with_fault(fault) if gpu.index == index else gpu for gpu in inventory.gpus)
+    return inventory.model_copy(update={"gpus": gpus})
+
+
+def _taints(inventory: Inventory, config: PublishConfig) -> dict[str, list[dict[str, Any]]]:
+    return {d["name"]: d.get("taints", []) for d in devices_of(build_slices(inventory, config, "node-a"))}
+
+
+def test_a_fatal_fault_taints_with_the_admins_effect_and_names_the_fault() -> None:
+    faulty = _faulty(3, xid_fault(79))
+    for effect in ("NoSchedule", "NoExecute"):
+        taints = _taints(faulty, PublishConfig(fatal_fault_effect=effect))
+        tainted = {name for name, found in taints.items() if found}
+        assert tainted == {name for name in taints if name == "gpu-3" or name.startswith("gpu-3-")}
+        assert {(t["key"], t["value"], t["effect"]) for name in tainted for t in taints[name]} == {
+            (UNHEALTHY_TAINT_KEY, "xid-79", effect)
+        }
+
+
+def test_a_non_fatal_xid_only_keeps_new_work_off_the_gpu() -> None:
+    faulty = _faulty(2, xid_fault(13))  # the application's own error
+    assert faulty.gpus[2].health is Health.HEALTHY
+    taints = _taints(faulty, PublishConfig(fatal_fault_effect="NoExecute"))
+    assert taints["gpu-2"] == [{"key": UNHEALTHY_TAINT_KEY, "value": "xid-13", "effect": "NoSchedule"}]
+    # a fatal fault after it stands; a non-fatal one after a fatal one does not replace it
+    worse = faulty.gpus[2].with_fault(xid_fault(48))
+    assert worse.fault == xid_fault(48) and worse.health is Health.UNHEALTHY
+    assert worse.with_fault(xid_fault(13)) == worse
 
 
 def test_empty_node_still_publishes_one_empty_slice() -> None:
