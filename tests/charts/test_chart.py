@@ -179,6 +179,12 @@ def test_fractions_shares_and_mig_reach_the_plugin(
     assert config.mig is mig
 
 
+@pytest.mark.parametrize("effect", ["NoSchedule", "NoExecute"])
+def test_the_fatal_fault_effect_reaches_the_plugin(helm: Helm, effect: str) -> None:
+    config = _publish_config(_plugin_args(helm.template({"plugin": {"faults": {"fatalEffect": effect}}})))
+    assert config.fatal_fault_effect == effect
+
+
 def test_backend_driver_root_node_selector_tolerations_and_image(helm: Helm) -> None:
     values = {
         "image": {"repository": "registry.example/nd", "tag": "1.2.3", "pullPolicy": "Always"},

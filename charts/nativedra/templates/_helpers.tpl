@@ -53,6 +53,9 @@ from the plugin's defaults (fractions 2,4,8, MIG on, exclusive GPUs). */}}
 {{- if not $p.mig.enabled -}}
 {{- $args = concat $args (list "--mig" "false") -}}
 {{- end -}}
+{{- if ne $p.faults.fatalEffect "NoSchedule" -}}
+{{- $args = concat $args (list "--fatal-fault-effect" $p.faults.fatalEffect) -}}
+{{- end -}}
 {{- concat $args $p.extraArgs | toJson -}}
 {{- end }}
 
