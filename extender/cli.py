@@ -36,6 +36,8 @@ from extender.plan.current import CurrentPlan
 from extender.plan.decide import Decider
 from extender.preempt.leader import LeaderLease
 from extender.preempt.preemptor import LEADER_LEASE, Preemption, identity
+from extender.recover.returns import LEADER_LEASE as RETURNS_LEADER_LEASE
+from extender.recover.returns import Returns
 from extender.serve.app import RequestLimits, create_app, create_probe_app
 from extender.serve.cert_expiry import ExpiryWatch, api_warning_poster, pod_from_env
 from extender.serve.health import Watchdog
@@ -160,6 +162,10 @@ def _run(args: argparse.Namespace) -> int:
             api, state, config, plans=plans, matcher=matcher, namespace=args.namespace, leader=leader
         )
         threading.Thread(target=preemption.run, args=(stop,), name="preemption", daemon=True).start()
+    if config.return_hold_seconds:
+        returns_leader = LeaderLease(api, args.namespace, RETURNS_LEADER_LEASE, identity())
+        returns = Returns(api, state, config, plans=plans, namespace=args.namespace, leader=returns_leader)
+        threading.Thread(target=returns.run, args=(stop,), name="returns", daemon=True).start()
     servers = [_server(create_app(state, decider, limits, watchdog), args, args.port, reloading, **tls)]
     if args.probe_port:
         servers.append(_server(create_probe_app(state, decider, watchdog), args, args.probe_port))

@@ -126,7 +126,7 @@ class DeviceIndex:
         try:
             reservation = from_lease(lease)
         except ReservationError as error:
-            log.error("ignoring a preemption Lease: %s", error)
+            log.error("ignoring a Lease of kept devices: %s", error)
             return
         self.reservations[key] = reservation
         self._dirty_usage.update(reservation.nodes)
@@ -195,9 +195,9 @@ class DeviceIndex:
         return found
 
     def _kept(self, node: str, usage: Usage) -> Usage:
-        """`usage` with the devices kept on `node` for preemptors."""
+        """`usage` with the devices kept on `node` for preemptors and returning gangs."""
         for reservation in self.reservations.values():
-            reserved = reservation.nodes.get(node)
+            reserved = reservation.nodes.get(node) if reservation.holds else None
             if reserved is not None:
                 usage = usage.plus(reserved.usage)
         return usage

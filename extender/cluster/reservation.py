@@ -1,6 +1,11 @@
-"""Devices kept for a preemptor while its victims end, stored as a Lease in the extender's own
-namespace: every replica watches them, so all answer alike, and a replica that takes over a
-preemption half done finds what was decided. Pure: a reservation to a Lease body and back.
+"""Devices kept for a preemptor while its victims end, or for a gang coming back after it lost
+members, stored as a Lease in the extender's own namespace: every replica watches them, so all
+answer alike, and a replica that takes over a preemption or a return half done finds what was
+decided. Pure: a reservation to a Lease body and back.
+
+A return record (extender.recover) is written when a gang is whole and keeps nothing then; once
+the gang loses members it is marked vacated and keeps its nodes' devices for the returning gang
+until it is whole again or the hold ends.
 
 The Lease holds the preemptor, its priority, the victims (each by UID, with the devices it held)
 and, per node, how many members go there and which devices and amounts they take. The state adds
@@ -26,7 +31,9 @@ DESCRIBED = "nativedra.dev/preemptor-description"
 PRIORITY = "nativedra.dev/priority"
 NODES = "nativedra.dev/reserved"
 VICTIMS = "nativedra.dev/victims"
+RETURNING = "nativedra.dev/returning"  # a return record: {"vacated": time or null}
 LEASE_PREFIX = "preempt-"
+RETURN_PREFIX = "return-"
 
 
 @dataclass(frozen=True)
@@ -65,15 +72,28 @@ class Reservation:
     created: float  # unix seconds
     expires: float
     uid: str = ""  # the Lease's UID once written: it is deleted only under that precondition
+    returning: bool = False  # a gang's return record, not a preemption
+    vacated: float | None = None  # a return record: when the gang lost members (unix seconds)
 
     @property
     def victim_pods(self) -> tuple[str, ...]:
         return tuple(victim.pod for victim in self.victims)
 
+    @property
+    def holds(self) -> bool:
+        """Whether its devices are kept from others: a preemption's always, a return record's only
+        once its gang has lost members."""
+        return not self.returning or self.vacated is not None
+
 
 def lease_name(preemptor: str) -> str:
     """One Lease per preemptor: a second replica deciding the same preemption finds it taken."""
     return LEASE_PREFIX + hashlib.sha256(preemptor.encode()).hexdigest()[:32]
+
+
+def return_lease_name(gang: str) -> str:
+    """One return record per gang, apart from a preemption for it."""
+    return RETURN_PREFIX + hashlib.sha256(gang.encode()).hexdigest()[:32]
 
 
 def _usage_json(usage: Usage) -> dict[str, Any]:
@@ -95,6 +115,11 @@ def _micro(seconds: float) -> str:
 
 def lease_body(reservation: Reservation, holder: str) -> dict[str, Any]:
     nodes = {name: {"slots": r.slots, **_usage_json(r.usage)} for name, r in reservation.nodes.items()}
+    returning = (
+        {RETURNING: json.dumps({"vacated": None if reservation.vacated is None else _micro(reservation.vacated)})}
+        if reservation.returning
+        else {}
+    )
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -107,6 +132,7 @@ def lease_body(reservation: Reservation, holder: str) -> dict[str, Any]:
                 PRIORITY: str(reservation.priority),
                 NODES: json.dumps(nodes, sort_keys=True),
                 VICTIMS: json.dumps([v.to_json() for v in sorted(reservation.victims, key=lambda v: v.pod)]),
+                **returning,
             },
         },
         "spec": {
@@ -191,6 +217,13 @@ def from_lease(lease: dict[str, Any]) -> Reservation:
     if not isinstance(duration, int) or duration < 1:
         raise ReservationError(f"{name}: spec.leaseDurationSeconds must be a positive integer")
     created = _seconds(spec.get("acquireTime"), f"{name}: spec.acquireTime")
+    returning, vacated = RETURNING in annotations, None
+    if returning:
+        try:
+            vacated_text = json.loads(annotations[RETURNING])["vacated"]
+        except (ValueError, TypeError, KeyError) as error:
+            raise ReservationError(f"{name}: annotation {RETURNING} must be JSON with vacated: {error}") from error
+        vacated = None if vacated_text is None else _seconds(vacated_text, f"{name}: annotation {RETURNING}.vacated")
     return Reservation(
         str(metadata.get("name", "")),
         annotations[PREEMPTOR],
@@ -201,4 +234,6 @@ def from_lease(lease: dict[str, Any]) -> Reservation:
         created,
         created + duration,
         str(metadata.get("uid") or ""),
+        returning,
+        vacated,
     )

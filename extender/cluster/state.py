@@ -94,6 +94,11 @@ class ClusterState:
         with self.lock:
             return self._journal.changes(since, upto)
 
+    def listed(self, *kinds: str) -> bool:
+        """Whether every one of `kinds` has been listed."""
+        with self.lock:
+            return all(kind in self._synced for kind in kinds)
+
     def missing(self) -> list[str]:
         """Required kinds not listed yet, for /readyz to name."""
         with self.lock:
@@ -320,7 +325,8 @@ class ClusterState:
                 native_groups=native_groups,
                 members=members,
                 affinity_pods=frozenset(self._affinity_pods),
-                reservations={r.preemptor: r for r in self._devices.reservations.values()},
+                reservations={r.preemptor: r for r in self._devices.reservations.values() if not r.returning},
+                returns={r.preemptor: r for r in self._devices.reservations.values() if r.returning},
                 budgets=self._snapshot("poddisruptionbudgets"),
                 unjournaled_version=self._journal.unjournaled_version,
                 changes=lambda since: self.changes(since, version),

@@ -42,6 +42,9 @@ class ClusterView:
     # Devices kept for preemptors, by preemptor (a pod's namespace/name or a gang's key), and the
     # PodDisruptionBudgets preemption counts; both empty where not watched.
     reservations: Mapping[str, Reservation] = field(default_factory=dict)
+    # Gangs' return records (extender.recover), by gang key; those that hold keep devices like a
+    # preemption's.
+    returns: Mapping[str, Reservation] = field(default_factory=dict)
     budgets: Mapping[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # Bumped by every change to a kind the journal below does not name (classes, JobSets, PodGroups,
     # a whole kind re-listed): equal numbers mean only journaled kinds changed in between.

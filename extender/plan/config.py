@@ -72,6 +72,10 @@ class ExtenderConfig(BaseModel):
     preemption: bool = True
     # How long devices freed by preemption are kept for the preemptor before they are let go.
     preemption_hold_seconds: Annotated[int, Field(ge=10)] = 300
+    # A gang that loses members while it runs whole (a GPU fault evicted one, its JobSet restarts,
+    # its LWS group is recreated) gets its healthy nodes kept for it this long, against pods and
+    # gangs of equal or lower priority, and goes back to them and their domain. 0: off.
+    return_hold_seconds: Annotated[int, Field(ge=0, le=3600)] = 60
 
     @field_validator("topology_levels")
     @classmethod

@@ -151,6 +151,7 @@ class CurrentPlan:
                 clocks=None if last is None else last.plan.clocks,
                 memo=last.plan.memo if last is not None and isinstance(last.plan, IncrementalPlan) else None,
                 changed=changed,
+                returns=view.returns,
             )
         if last is None or view.version >= last.version:
             self.snapshot = PlanSnapshot(view.version, inputs, result, gangs, Depends.of(view), time.monotonic())

@@ -50,8 +50,16 @@ def _held_nodes(
         node = view.nodes.get(name)
         if holders and node is not None and name in asked and place(node, cluster.held[name], demand, matcher) is None:
             failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
-    # Devices kept for preemptors are in the view's usage (a plan may be older than the view).
-    for reservation in view.reservations.values():
+    # Devices kept for preemptors and returning gangs are in the view's usage (a plan may be older
+    # than the view).
+    returning = (r for r in view.returns.values() if r.holds)
+    for reservation in itertools.chain(view.reservations.values(), returning):
+        why = (
+            f"which ran there until it lost members; kept until it is whole again, at most until "
+            f"{time.strftime('%H:%M:%S', time.gmtime(reservation.expires))} UTC"
+            if reservation.returning
+            else "which preempted pods there"
+        )
         for name in reservation.nodes:
             node = view.nodes.get(name)
             if name not in asked or name in failed or node is None:
@@ -59,7 +67,7 @@ def _held_nodes(
             if place(node, view.usage[name], demand, matcher) is None:
                 failed[name] = (
                     f"the free devices on {name} are kept for {reservation.what} (priority {reservation.priority}), "
-                    "which preempted pods there"
+                    + why
                 )
     return failed
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
+from extender.cluster.reservation import Reservation
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher
 from extender.plan.hold_clock import Room, room_counts
@@ -231,10 +232,13 @@ class IncrementalPlanning(Planning):
         clock: Callable[[], float],
         memo: PlanMemo | None,
         changed: Collection[str] | None,
+        returns: Mapping[str, Reservation] | None = None,
     ) -> None:
         incremental = Incremental(memo, nodes, usage, limits, changed)
         domains = memo.domains if memo is not None and incremental.memo is not None else None  # same nodes
-        super().__init__(nodes, usage, matcher, now=now, limits=limits, clocks=clocks, clock=clock, domains=domains)
+        super().__init__(
+            nodes, usage, matcher, now=now, limits=limits, clocks=clocks, clock=clock, domains=domains, returns=returns
+        )
         self.incremental = incremental
         self._known = memo.settled if memo is not None else {}
         self.settled_now: dict[int, tuple[Gang, Plan | None]] = {}
@@ -297,12 +301,22 @@ def plan_incrementally(
     clock: Callable[[], float] = time.monotonic,
     memo: PlanMemo | None = None,
     changed: Collection[str] | None = None,
+    returns: Mapping[str, Reservation] | None = None,
 ) -> IncrementalPlan:
     """`plan_cluster`'s plan, re-planning only the gangs whose members, or the usage of nodes they
     may use, changed since the plan that left `memo`. `changed`, when given, names every node whose
     node or usage object may differ from the memo's (from the watches' journal): only those are
     compared with it."""
     planning = IncrementalPlanning(
-        nodes, usage, matcher, now=now, limits=limits, clocks=clocks, clock=clock, memo=memo, changed=changed
+        nodes,
+        usage,
+        matcher,
+        now=now,
+        limits=limits,
+        clocks=clocks,
+        clock=clock,
+        memo=memo,
+        changed=changed,
+        returns=returns,
     )
     return planning.run(gangs)

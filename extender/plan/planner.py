@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from extender.cluster.reservation import Reservation
 from extender.devices.node_usage import Node, Usage, total_allocations
 from extender.plan.capacity import Matcher, members_fit, most_members
 from extender.plan.hold_clock import Room, hold_clock, room_counts
@@ -253,14 +254,23 @@ class DomainMemo:
 
 
 def _assign(
-    fit: _DomainFit, nodes: dict[str, Node], usage: dict[str, Usage], demand: Demand, *, need: int, matcher: Matcher
+    fit: _DomainFit,
+    nodes: dict[str, Node],
+    usage: dict[str, Usage],
+    demand: Demand,
+    *,
+    need: int,
+    matcher: Matcher,
+    prefer: Collection[str] = (),
 ) -> tuple[dict[str, int], dict[str, Usage]]:
-    """Members per node, filling the tightest nodes first, and each touched node's usage with
-    them placed: that usage is what the plan holds against others."""
+    """Members per node, filling the nodes a returning gang had (`prefer`) first, then the
+    tightest, and each touched node's usage with them placed: that usage is what the plan holds
+    against others."""
     slots: dict[str, int] = {}
     changed: dict[str, Usage] = {}
     left = need
-    for name, fits in fit.room:
+    room = sorted(fit.room, key=lambda item: item[0] not in prefer) if prefer else fit.room
+    for name, fits in room:
         placed, changed[name] = members_fit(nodes[name], usage[name], demand, min(fits, left), matcher)
         if placed:
             slots[name] = placed
@@ -365,6 +375,7 @@ def _place_exclusive(
     used: set[str],
     memo: DomainMemo,
     out_of_time: Callable[[], bool],
+    prefer: Collection[str] = (),
 ) -> tuple[str, dict[str, int], dict[str, Usage]] | str:
     """A domain of its own for one part: (domain, slots, usage) or why there is none."""
     level, need, demand = part.exclusive, gang.part_remaining(part), gang.demand(part)
@@ -387,9 +398,14 @@ def _place_exclusive(
             f"gang {gang.ref.key}: a part{label} needs {need} more pod(s) x {demand.devices} device(s) "
             f"in a {level} of its own; {room}"
         )
-    chosen = min(candidates, key=lambda c: (c.total, c.domain))
-    slots, changed = _assign(chosen, memo.nodes, usage, demand, need=need, matcher=matcher)
+    chosen = min(candidates, key=lambda c: (_elsewhere(free[c.domain], prefer), c.total, c.domain))
+    slots, changed = _assign(chosen, memo.nodes, usage, demand, need=need, matcher=matcher, prefer=prefer)
     return chosen.domain, slots, changed
+
+
+def _elsewhere(names: list[str], prefer: Collection[str]) -> bool:
+    """Whether a domain holds none of the nodes a returning gang had: those domains come after."""
+    return bool(prefer) and not any(name in prefer for name in names)
 
 
 def _fit_together(
@@ -402,6 +418,7 @@ def _fit_together(
     matcher: Matcher,
     memo: DomainMemo,
     out_of_time: Callable[[], bool],
+    prefer: Collection[str] = (),
 ) -> _Placement | None:
     """All `parts` in one domain (`fit` is the first part's fit there, `names` its nodes), one after
     the other on the usage the earlier ones leave; None if one does not fit."""
@@ -413,7 +430,7 @@ def _fit_together(
             fit = memo.fit(fit.domain, names, working, demand, need=need, matcher=matcher, out_of_time=out_of_time)
             if fit.total < need:
                 return None
-        slots, changed = _assign(fit, memo.nodes, working, demand, need=need, matcher=matcher)
+        slots, changed = _assign(fit, memo.nodes, working, demand, need=need, matcher=matcher, prefer=prefer)
         working.update(changed)
         placement.add(part.key, slots, changed, fit.domain)
     return placement
@@ -438,9 +455,11 @@ def _place_together(
     levels: tuple[str, ...],
     memo: DomainMemo,
     out_of_time: Callable[[], bool],
+    prefer: Collection[str] = (),
 ) -> _Together:
     """The non-exclusive parts in one domain at the first of the gang's levels with room, best fit: the feasible domain
-    with the least room to spare, so big free domains stay whole for big gangs."""
+    with the least room to spare, so big free domains stay whole for big gangs. A returning gang
+    tries the domains holding nodes it had (`prefer`) first."""
     first, need = parts[0], gang.part_remaining(parts[0])
     demand = gang.demand(first)
     best_seen: tuple[int, str] = (0, "")
@@ -453,9 +472,18 @@ def _place_together(
             if not (gang.ref.exclusive and _held_by_another(domains[domain], taken, gang.ref.key))
         ]
         best_seen = max([best_seen, *((fit.total, fit.domain) for fit in fits)])
-        for fit in sorted((f for f in fits if f.total >= need), key=lambda c: (c.total, c.domain)):
+        feasible = (f for f in fits if f.total >= need)
+        for fit in sorted(feasible, key=lambda c: (_elsewhere(domains[c.domain], prefer), c.total, c.domain)):
             placement = _fit_together(
-                gang, parts, fit, domains[fit.domain], usage, matcher=matcher, memo=memo, out_of_time=out_of_time
+                gang,
+                parts,
+                fit,
+                domains[fit.domain],
+                usage,
+                matcher=matcher,
+                memo=memo,
+                out_of_time=out_of_time,
+                prefer=prefer,
             )
             if placement is not None:
                 return _Together(placement, level)
@@ -471,6 +499,7 @@ def _plan_gang(
     limits: PlanLimits,
     memo: DomainMemo,
     out_of_time: Callable[[], bool],
+    prefer: Collection[str] = (),
 ) -> tuple[Plan, dict[str, Usage]]:
     """One gang's remaining members, all of them or nothing held. A gang whose size is a minimum
     (a native PodGroup's minCount) with more members than that is planned with as many of them as
@@ -486,7 +515,7 @@ def _plan_gang(
             count = (low + high) // 2
             sized = Gang(replace(gang.ref, size=count), gang.members)
             attempt = _plan_members(
-                sized, usage, matcher, taken=taken, limits=limits, memo=memo, out_of_time=out_of_time
+                sized, usage, matcher, taken=taken, limits=limits, memo=memo, out_of_time=out_of_time, prefer=prefer
             )
             if attempt[0].feasible:
                 best, low = attempt, count + 1
@@ -494,7 +523,9 @@ def _plan_gang(
                 high = count - 1
         if best is not None:
             return best
-    return _plan_members(gang, usage, matcher, taken=taken, limits=limits, memo=memo, out_of_time=out_of_time)
+    return _plan_members(
+        gang, usage, matcher, taken=taken, limits=limits, memo=memo, out_of_time=out_of_time, prefer=prefer
+    )
 
 
 def _plan_members(
@@ -506,6 +537,7 @@ def _plan_members(
     limits: PlanLimits,
     memo: DomainMemo,
     out_of_time: Callable[[], bool],
+    prefer: Collection[str] = (),
 ) -> tuple[Plan, dict[str, Usage]]:
     """The gang's remaining members: parts that need a domain of their own each get one, the rest
     go together into one domain; all of them, or nothing is held."""
@@ -523,7 +555,9 @@ def _plan_members(
     working = dict(usage) if exclusive else usage
     used: set[str] = set()
     for part in sorted(exclusive, key=lambda p: (not gang.part_placed(p), p.key)):  # placed parts keep theirs
-        own = _place_exclusive(gang, part, working, matcher, taken=taken, used=used, memo=memo, out_of_time=out_of_time)
+        own = _place_exclusive(
+            gang, part, working, matcher, taken=taken, used=used, memo=memo, out_of_time=out_of_time, prefer=prefer
+        )
         if isinstance(own, str):
             return Plan(gang.ref.key, False, reason=own), {}
         domain, slots, changed = own
@@ -542,6 +576,7 @@ def _plan_members(
             levels=limits.levels,
             memo=memo,
             out_of_time=out_of_time,
+            prefer=prefer,
         )
         if found.placement is None:
             return Plan(gang.ref.key, False, reason=_no_room(gang, demand, found.best_seen)), {}
@@ -566,6 +601,7 @@ def _plan_in_budget(
     memo: DomainMemo,
     clock: Callable[[], float],
     spent: list[bool] | None = None,
+    prefer: Collection[str] = (),
 ) -> tuple[Plan, dict[str, Usage]]:
     """`_plan_gang` within the gang's time budget; past it, this gang alone is not placeable yet
     (it holds nothing) and the others are still planned; `spent` is told so."""
@@ -579,6 +615,7 @@ def _plan_in_budget(
             limits=limits,
             memo=memo,
             out_of_time=lambda: clock() > deadline,
+            prefer=prefer,
         )
     except _BudgetSpentError:
         if spent is not None:
@@ -587,6 +624,11 @@ def _plan_in_budget(
             f"gang {gang.ref.key} is not placeable yet: planning it took over {limits.budget:g}s; it is tried again"
         )
         return Plan(gang.ref.key, False, reason=reason), {}
+
+
+def gang_priority(gang: Gang) -> int:
+    """The priority its pods run at (the highest, should they differ)."""
+    return max((int(member.spec.get("priority") or 0) for member in gang.members), default=0)
 
 
 def _by_age(gangs: list[Gang]) -> list[Gang]:
@@ -611,9 +653,12 @@ class Planning:
         clocks: Mapping[str, HoldClock] | None = None,
         clock: Callable[[], float] = time.monotonic,
         domains: DomainMemo | None = None,
+        returns: Mapping[str, Reservation] | None = None,
     ) -> None:
-        """`domains`: the last plan's memo, when its nodes are these very objects."""
+        """`domains`: the last plan's memo, when its nodes are these very objects. `returns`: the
+        gangs' return records (their devices are in `usage` while they hold)."""
         self.nodes, self.usage, self.matcher = nodes, usage, matcher
+        self.returns = {key: kept for key, kept in (returns or {}).items() if kept.holds}
         self.now, self.limits, self.clock = now, limits, clock
         self.clocks = clocks or {}
         self.taken: dict[str, str] = {}  # node -> the exclusive gang part whose domain holds it
@@ -648,17 +693,36 @@ class Planning:
     def plan_anew(self, gang: Gang, working: dict[str, Usage]) -> tuple[Plan, dict[str, Usage], bool]:
         """`place` worked out, and whether it finished within the gang's budget."""
         spent: list[bool] = []
+        own = self.returns.get(gang.ref.key)
         plan, changed = _plan_in_budget(
             gang,
-            working,
+            self._given_back(gang, working),
             self.matcher,
             taken=self.taken,
             limits=self.limits,
             memo=self.domains,
             clock=self.clock,
             spent=spent,
+            prefer=frozenset(own.nodes) if own is not None else frozenset(),
         )
         return plan, changed, not spent
+
+    def _given_back(self, gang: Gang, working: dict[str, Usage]) -> dict[str, Usage]:
+        """`working` with the devices kept for the gang's own return, and for returns of gangs of
+        lower priority, given back to it: a return keeps its devices from equal and lower priority
+        only."""
+        if not self.returns:
+            return working
+        priority = gang_priority(gang)
+        given: dict[str, Usage] | None = None
+        for key, kept in self.returns.items():
+            if key != gang.ref.key and kept.priority >= priority:
+                continue
+            given = dict(working) if given is None else given
+            for name, reserved in kept.nodes.items():
+                if name in given:
+                    given[name] = given[name].minus(reserved.usage)
+        return working if given is None else given
 
     def run(self, gangs: list[Gang]) -> ClusterPlan:
         held = dict(self.usage)
@@ -706,9 +770,12 @@ def plan_cluster(
     limits: PlanLimits,
     clocks: Mapping[str, HoldClock] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    returns: Mapping[str, Reservation] | None = None,
 ) -> ClusterPlan:
     """Plans for all gangs, from scratch; `held` is what pods outside these gangs may still use.
 
     `clocks` are the hold clocks the previous plan returned (none after a restart); `clock`
     measures the planning budget."""
-    return Planning(nodes, usage, matcher, now=now, limits=limits, clocks=clocks, clock=clock).run(gangs)
+    return Planning(nodes, usage, matcher, now=now, limits=limits, clocks=clocks, clock=clock, returns=returns).run(
+        gangs
+    )

@@ -84,6 +84,7 @@ class JobSetShape:
     """What a JobSet object says about its gang: its Jobs, their pod counts, exclusive levels."""
 
     jobs: tuple[tuple[str, int, int, str | None], ...]  # (replicated job, replicas, pods per Job, exclusive)
+    suspended: bool = False  # spec.suspend: its pods are gone until it is resumed (Kueue evicted it)
 
     @classmethod
     def from_api(cls, jobset: dict[str, Any]) -> JobSetShape:
@@ -96,7 +97,7 @@ class JobSetShape:
             pods = min(parallelism, int(job_spec.get("completions") or parallelism))
             own = ((template.get("metadata") or {}).get("annotations") or {}).get(JOBSET_EXCLUSIVE)
             jobs.append((str(replicated.get("name")), int(replicated.get("replicas") or 1), pods, own or level))
-        return cls(tuple(jobs))
+        return cls(tuple(jobs), bool((jobset.get("spec") or {}).get("suspend")))
 
     @property
     def parts(self) -> tuple[Part, ...]:

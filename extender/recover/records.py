@@ -1,0 +1,144 @@
+"""A gang's return record worked out from the view, and what became of a return. Pure.
+
+The record is an `extender.cluster.reservation.Reservation` with `returning` set: per node, how
+many members ran there and the devices their claims held. Written while the gang runs whole, it
+keeps nothing; once the gang lost members it is vacated: it keeps the devices of the nodes that are
+still fit for it (node present, none of those devices tainted), so the planner sends the returning
+gang back there and keeps everyone else of equal or lower priority off them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from extender.cluster.reservation import Reservation, Reserved, return_lease_name
+from extender.cluster.view import ClusterView
+from extender.devices.node_usage import Node, allocated_results, usage_of
+from extender.pods.model import Gang
+
+
+def placed_usage(view: ClusterView, gang: Gang, driver: str) -> dict[str, Reserved]:
+    """Per node of the gang's placed members: how many run there and what their claims hold."""
+    slots = Counter(member.node for member in gang.placed if member.node in view.nodes)
+    allocations = []
+    for member in gang.placed:
+        namespace, _, name = member.pod.partition("/")
+        pod = view.pods.get((namespace, name))
+        if pod is None:
+            continue
+        for claim_name in pod.read_claims().names:
+            claim = view.claims.get((namespace, claim_name))
+            if claim is not None:
+                allocations.append(allocated_results(claim))
+    nodes = {name: view.nodes[name] for name in slots if name is not None}
+    usage = usage_of(allocations, nodes, driver)
+    return {name: Reserved(count, usage[name]) for name, count in slots.items() if name is not None}
+
+
+RETURNING_SOURCES = ("jobset", "lws", "native", "podgroup")  # gangs an object owns and recreates
+
+
+def owner(key: str) -> tuple[str, str, str]:
+    """(source, namespace, name) of a gang key `namespace/source:name`."""
+    namespace, _, rest = key.partition("/")
+    source, _, name = rest.partition(":")
+    return source, namespace, name
+
+
+def expects_return(view: ClusterView, key: str) -> bool | None:
+    """Whether the object that owns the gang still exists to recreate its pods: a JobSet (not
+    suspended), a PodGroup. None for a LeaderWorkerSet, which the extender does not watch: the API
+    is asked. A gang deleted by its user, or suspended by Kueue, keeps nothing."""
+    source, namespace, name = owner(key)
+    if source == "jobset":
+        shape = view.jobsets.get((namespace, name))
+        return shape is not None and not shape.suspended
+    if source == "podgroup":
+        return (namespace, name) in view.pod_group_min
+    if source == "native":
+        return view.native_groups is None or (namespace, name) in view.native_groups
+    return None if source == "lws" else False
+
+
+def whole(gang: Gang) -> bool:
+    """Every member there and placed (none left to place), none finished."""
+    return (
+        bool(gang.members)
+        and gang.remaining == 0
+        and len(gang.placed) >= gang.size
+        and not any(member.done for member in gang.members)
+    )
+
+
+def record(gang: Gang, placed: Mapping[str, Reserved], priority: int, now: float, hold: float) -> Reservation:
+    """The record of a gang running whole: it keeps nothing until the gang loses members."""
+    key = gang.ref.key
+    return Reservation(
+        return_lease_name(key), key, f"gang {key}", priority, dict(placed), (), now, now + hold, returning=True
+    )
+
+
+def lost_members(kept: Reservation, gang: Gang | None) -> bool:
+    """Whether a running gang's record has lost members: fewer of them placed or finished than it
+    recorded (a member that completed is not lost)."""
+    recorded = sum(reserved.slots for reserved in kept.nodes.values())
+    return gang is None or len(gang.placed) + sum(member.done for member in gang.members) < recorded
+
+
+def finished(gang: Gang | None) -> bool:
+    """Its pods completed: nothing is coming back."""
+    return gang is not None and bool(gang.members) and all(member.done for member in gang.members)
+
+
+def vacated(kept: Reservation, nodes: Mapping[str, Node], now: float, hold: float) -> Reservation | None:
+    """The record once its gang lost members: it keeps the nodes still fit for it until `now + hold`;
+    None when no node is (every one tainted or gone)."""
+    fit = {name: reserved for name, reserved in kept.nodes.items() if _fit(nodes.get(name), reserved.usage.devices)}
+    if not fit:
+        return None
+    return dataclasses.replace(kept, nodes=fit, created=now, expires=now + hold, vacated=now)
+
+
+def _fit(node: Node | None, devices: Collection[str]) -> bool:
+    return node is not None and not any(node.devices[d].tainted for d in devices if d in node.devices)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where a returning gang went: how many of the nodes kept for it it took again, and whether
+    it is in the same domain as those, at the narrowest configured level they share."""
+
+    reused: int
+    kept: int
+    same_domain: bool
+    level: str | None
+
+    @property
+    def label(self) -> str:
+        if self.kept and self.reused == self.kept:
+            return "same_nodes"
+        return "same_domain" if self.same_domain else "elsewhere"
+
+
+def outcome(kept: Reservation, now_on: Collection[str], nodes: Mapping[str, Node], levels: tuple[str, ...]) -> Outcome:
+    """`kept`: the vacated record; `now_on`: the nodes the gang runs on again."""
+    previous = list(kept.nodes)
+    level = _shared_level(previous, nodes, levels)
+    same = level is not None and _value(previous, nodes, level) == _value(now_on, nodes, level) is not None
+    return Outcome(len(set(kept.nodes) & set(now_on)), len(kept.nodes), same, level)
+
+
+def _value(names: Collection[str], nodes: Mapping[str, Node], level: str) -> str | None:
+    values = {nodes[name].labels.get(level) for name in names if name in nodes}
+    return values.pop() if len(values) == 1 else None
+
+
+def _shared_level(names: Collection[str], nodes: Mapping[str, Node], levels: tuple[str, ...]) -> str | None:
+    """The narrowest of `levels` (listed widest first) whose label all `names` share."""
+    for level in reversed(levels):
+        if _value(names, nodes, level) is not None:
+            return level
+    return None

@@ -1,0 +1,214 @@
+"""Return records' I/O. The leading replica records where each gang runs whole, marks the record
+vacated when the gang loses members (a fault evicted one, its JobSet restarts, its LWS group is
+recreated), and lets it go when the gang is whole again, has finished, or is not back within the
+hold; events and metrics say so. Records are Leases in the extender's namespace
+(extender.cluster.reservation), watched by every replica, so a restarted replica or another one
+answers the returning gang the same. Only the leader writes, proving it before each write."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kubernetes import client
+
+from extender.cluster.reservation import Reservation, lease_body
+from extender.cluster.state import ClusterState
+from extender.cluster.view import ClusterView
+from extender.plan.config import ExtenderConfig
+from extender.plan.current import CurrentPlan
+from extender.plan.planner import gang_priority
+from extender.pods.keys import key_of
+from extender.pods.model import Gang
+from extender.preempt.leader import LeaderLease
+from extender.preempt.preemptor import COMPONENT, LeadLostError
+from extender.recover.metrics import GANG_RECOVERY_SECONDS, GANG_RETURNS, GANGS_VACATED
+from extender.recover.records import (
+    RETURNING_SOURCES,
+    expects_return,
+    finished,
+    lost_members,
+    outcome,
+    owner,
+    placed_usage,
+    record,
+    vacated,
+    whole,
+)
+from nativedra.base.kube.events import pod_event
+from nativedra.base.kube.resources import LEADER_WORKER_SETS
+
+log = logging.getLogger(__name__)
+LEADER_LEASE = "nativedra-extender-returns"
+STEP_EVERY_S = 1.0
+API_TIMEOUT_S = 10.0
+NOT_FOUND, CONFLICT = 404, 409
+WATCHED = ("pods", "resourceclaims", "preemptions")  # listed before the first step: records are judged on them
+
+
+class Returns:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        state: ClusterState,
+        config: ExtenderConfig,
+        *,
+        plans: CurrentPlan,
+        namespace: str,
+        leader: LeaderLease,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.leases = client.CoordinationV1Api(api)
+        self.state = state
+        self.config = config
+        self.plans = plans
+        self.namespace = namespace
+        self.leader = leader
+        self.clock = clock
+        self.hold_seconds = config.return_hold_seconds
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(STEP_EVERY_S):
+            if not self.state.listed(*WATCHED) or not self.leader.holding():
+                continue
+            try:
+                self.step()
+            except LeadLostError as error:
+                log.warning("no longer leading gang returns: %s", error)
+            except Exception:
+                log.exception("gang returns step failed; trying again")
+
+    def step(self) -> None:
+        view = self.state.view()
+        now = self.clock()
+        gangs = {gang.ref.key: gang for gang in self.plans.gangs(view)}
+        for key, kept in list(view.returns.items()):
+            self._tend(view, gangs.get(key), kept, now)
+        for key, gang in gangs.items():
+            if key not in view.returns and gang.ref.source in RETURNING_SOURCES and whole(gang):
+                self._record(view, gang, now, None)
+
+    def _tend(self, view: ClusterView, gang: Gang | None, kept: Reservation, now: float) -> None:
+        if finished(gang):
+            self._delete(kept, f"gang {kept.preemptor} finished")
+        elif not kept.holds:
+            if gang is not None and whole(gang):
+                self._record(view, gang, now, kept)
+            elif lost_members(kept, gang):
+                if self._expects_return(view, kept.preemptor):
+                    self._vacate(view, kept, now)
+                else:
+                    self._delete(kept, f"gang {kept.preemptor} lost members and its owner is gone or suspended")
+        elif gang is not None and whole(gang):
+            self._returned(view, gang, kept, now)
+        elif now >= kept.expires:
+            GANG_RETURNS.labels("expired").inc()
+            self._delete(kept, f"gang {kept.preemptor} was not whole again within {self.hold_seconds} s")
+            for member in gang.members if gang is not None else []:
+                self._event(
+                    view,
+                    member.pod,
+                    "GangReturnExpired",
+                    f"the nodes gang {kept.preemptor} ran on were kept for it {self.hold_seconds} s after it "
+                    "lost members; it was not whole again in time, so they were let go and it is planned anew",
+                )
+
+    def _record(self, view: ClusterView, gang: Gang, now: float, earlier: Reservation | None) -> None:
+        """Write where the running gang is, unless the record says so already."""
+        placed = placed_usage(view, gang, self.config.driver)
+        if not any(reserved.usage.devices or reserved.usage.counters for reserved in placed.values()):
+            return  # no devices of ours: nothing to come back to
+        if earlier is not None and {n: r.slots for n, r in earlier.nodes.items()} == {
+            n: r.slots for n, r in placed.items()
+        }:
+            return
+        self._write(record(gang, placed, gang_priority(gang), now, self.hold_seconds), earlier)
+
+    def _expects_return(self, view: ClusterView, key: str) -> bool:
+        known = expects_return(view, key)
+        if known is not None:
+            return known
+        _, namespace, name = owner(key)
+        group = name.rpartition("/")[0]
+        try:
+            LEADER_WORKER_SETS.get(self.api, group, namespace, _request_timeout=API_TIMEOUT_S)
+        except client.ApiException as error:
+            if error.status == NOT_FOUND:
+                return False
+            log.warning(
+                "LeaderWorkerSet %s/%s could not be read (%s): its group is held for", namespace, group, error.status
+            )
+        return True
+
+    def _vacate(self, view: ClusterView, kept: Reservation, now: float) -> None:
+        left = vacated(kept, view.nodes, now, self.hold_seconds)
+        GANGS_VACATED.inc()
+        if left is None:
+            self._delete(kept, f"gang {kept.preemptor} lost members and none of its nodes is fit for it any more")
+            return
+        self._write(left, kept)
+        log.info(
+            "gang %s lost members; %s kept for it for %d s",
+            kept.preemptor,
+            ", ".join(sorted(left.nodes)),
+            self.hold_seconds,
+        )
+
+    def _returned(self, view: ClusterView, gang: Gang, kept: Reservation, now: float) -> None:
+        since = now - (kept.vacated or kept.created)
+        now_on = {member.node for member in gang.placed if member.node}
+        where = outcome(kept, now_on, view.nodes, self.config.topology_levels)
+        GANG_RECOVERY_SECONDS.observe(max(0.0, since))
+        GANG_RETURNS.labels(where.label).inc()
+        domain = f"same {where.level}" if where.same_domain else "another domain"
+        message = (
+            f"gang {gang.ref.key} is whole again {since:.1f} s after it lost members: {where.reused} of the "
+            f"{where.kept} node(s) kept for it taken again, {domain}"
+        )
+        log.info("%s", message)
+        self._record(view, gang, now, kept)
+        for member in gang.placed[:1]:  # one event per return, on its first member
+            self._event(view, member.pod, "GangReturned", message, kind="Normal")
+
+    def _write(self, kept: Reservation, earlier: Reservation | None) -> None:
+        self._fence(f"recording gang {kept.preemptor}")
+        body = lease_body(kept, self.leader.identity)
+        try:
+            if earlier is None:
+                self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=API_TIMEOUT_S)
+            else:
+                self.leases.patch_namespaced_lease(kept.lease, self.namespace, body, _request_timeout=API_TIMEOUT_S)
+        except client.ApiException as error:
+            if error.status not in (NOT_FOUND, CONFLICT):  # the watch shows the record as it is; the next step goes on
+                raise
+
+    def _delete(self, kept: Reservation, why: str) -> None:
+        self._fence(f"letting the record of gang {kept.preemptor} go")
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=kept.uid or None))
+        try:
+            self.leases.delete_namespaced_lease(
+                kept.lease, self.namespace, body=options, _request_timeout=API_TIMEOUT_S
+            )
+        except client.ApiException as error:
+            if error.status not in (NOT_FOUND, CONFLICT):
+                raise
+        log.info("%s: its return record is let go", why)
+
+    def _fence(self, before: str) -> None:
+        if not self.leader.fence():
+            raise LeadLostError(f"the leader Lease could not be renewed before {before}")
+
+    def _event(self, view: ClusterView, pod: str, reason: str, message: str, kind: str = "Warning") -> None:
+        facts = view.pods.get(key_of(pod))
+        if facts is None:
+            return
+        body = pod_event(facts.obj, kind, reason, message, component=COMPONENT, now=dt.datetime.now(dt.UTC))
+        try:
+            self.core.create_namespaced_event(facts.key[0], body, _request_timeout=API_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - an event lost is not worth a failed step
+            log.warning("could not post %s event on pod %s: %s", reason, pod, error)

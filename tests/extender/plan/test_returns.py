@@ -1,0 +1,84 @@
+"""A gang coming back after it lost members: its previous nodes and their domain first, the
+devices kept for it given back to it alone (and to gangs of higher priority), kept from the rest."""
+
+from __future__ import annotations
+
+from extender.cluster.reservation import Reservation, Reserved
+from extender.devices.cel_eval import Selectors
+from extender.devices.node_usage import Node, Usage
+from extender.plan.capacity import Matcher
+from extender.plan.planner import ClusterPlan, plan_cluster
+from extender.pods.model import Gang, Member, PlanLimits
+from tests.extender.plan.test_planner import EIGHT
+from tests.extender.plan.test_planner import gang as make_gang
+from testkit.builders import DRIVER, racks
+
+
+def _returning(nodes: dict[str, Node], key: str, kept: list[str], priority: int = 0) -> Reservation:
+    held = {name: Reserved(1, Usage(devices=set(nodes[name].devices))) for name in kept}
+    return Reservation(f"return-{key}", key, f"gang {key}", priority, held, (), 50.0, 110.0, "", True, 50.0)
+
+
+def _plan(nodes: dict[str, Node], gangs: list[Gang], returns: list[Reservation]) -> ClusterPlan:
+    """Planned as the extender plans it: the held devices are in the nodes' usage (the state adds them)."""
+    usage = {name: Usage() for name in nodes}
+    for kept in returns:
+        for name, reserved in kept.nodes.items():
+            usage[name] = usage[name].plus(reserved.usage)
+    return plan_cluster(
+        nodes,
+        usage,
+        gangs,
+        Matcher(Selectors(), DRIVER),
+        now=100.0,
+        limits=PlanLimits(timeout=300.0, levels=("rack",)),
+        returns={kept.preemptor: kept for kept in returns},
+    )
+
+
+def _at(gang: Gang, priority: int) -> Gang:
+    members = [Member(m.pod, m.node, EIGHT, m.created, spec={"priority": priority}) for m in gang.members]
+    return Gang(gang.ref, members)
+
+
+def test_a_returning_gang_goes_back_to_its_nodes_and_rack_before_best_fit() -> None:
+    nodes = racks({"a": 4, "b": 3})
+    fresh = make_gang("g", 3, 1.0, "rack")
+    assert set(_plan(nodes, [fresh], []).plans["ns/gang:g"].slots) == {"b-0", "b-1", "b-2"}, "best fit: rack b"
+    # a-3 had the failed GPU: not kept; the member that was there goes to another node of rack a
+    back = _plan(nodes, [fresh], [_returning(nodes, "ns/gang:g", ["a-1", "a-2"])]).plans["ns/gang:g"]
+    assert back.feasible and {"a-1", "a-2"} <= set(back.slots) and len(back.slots) == 3
+    assert all(name.startswith("a-") for name in back.slots)
+
+
+def test_its_kept_nodes_are_kept_from_gangs_of_equal_or_lower_priority_but_not_higher() -> None:
+    nodes = racks({"a": 4})
+    kept = _returning(nodes, "ns/gang:g", ["a-1", "a-2"], priority=100)
+    for priority, placed in ((0, False), (100, False), (1000, True)):
+        other = _at(make_gang("other", 3, 1.0, "rack"), priority)
+        found = _plan(nodes, [other], [kept]).plans["ns/gang:other"]
+        assert found.feasible is placed, (priority, found.reason)
+
+
+def test_a_record_that_does_not_hold_changes_nothing() -> None:
+    nodes = racks({"a": 4, "b": 3})
+    running = _returning(nodes, "ns/gang:g", ["a-1", "a-2"])
+    placed = Reservation(
+        *[getattr(running, f) for f in ("lease", "preemptor", "what", "priority", "nodes")],
+        (),
+        50.0,
+        110.0,
+        "",
+        True,
+        None,
+    )
+    plan = plan_cluster(
+        nodes,
+        {name: Usage() for name in nodes},
+        [make_gang("g", 3, 1.0, "rack")],
+        Matcher(Selectors(), DRIVER),
+        now=100.0,
+        limits=PlanLimits(timeout=300.0, levels=("rack",)),
+        returns={"ns/gang:g": placed},
+    )
+    assert set(plan.plans["ns/gang:g"].slots) == {"b-0", "b-1", "b-2"}
