@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,16 +13,18 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from dra_driver.faults import xid_fault
 from extender.plan.config import RACK_LABEL
 from nativedra.base.kube.names import GPU_CLASS
 from nativedra.base.kube.resources import JOBSETS
-from nativedra.cluster import ControlPlane, wait_for
+from nativedra.cluster import ControlPlane, wait_for, wait_pod_scheduled
 from nativedra.cluster.addons import JOBSET, LWS, start_addon
-from nativedra.objects import claim_template, request
+from nativedra.objects import claim_template, gpu_pod, request
 from nativedra.workload_objects import ReplicatedJob, create_jobset, create_lws, pods_with
 from testkit.extender_harness import (
     ExtenderCluster,
     bound,
+    delete_pods,
     extender_cluster,
     fresh_namespace,
     gang_pods,
@@ -224,3 +227,53 @@ def test_a_suspended_jobset_releases_its_capacity_and_takes_it_whole_on_resume(
         client.CoreV1Api(cluster.api).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
     JOBSETS.patch(cluster.api, "train", {"spec": {"suspend": False}}, namespace)
     _wait_bound(cluster, namespace, selector, 4, "the resumed JobSet placed whole", 240)
+
+
+def _gang_events(api: client.ApiClient, namespace: str, reason: str) -> list[str]:
+    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    return [e.message for e in events if e.reason == reason]
+
+
+def _returns_recorded(cluster: ExtenderCluster) -> bool:
+    leases = client.CoordinationV1Api(cluster.api).list_namespaced_lease(cluster.namespace).items
+    return any(lease.metadata.name.startswith("return-") for lease in leases)
+
+
+def test_a_jobset_that_loses_a_gpu_comes_back_whole_to_its_rack_and_its_healthy_nodes(
+    setup: tuple[ExtenderCluster, str, str],
+) -> None:
+    """A fatal XID under NoExecute: the real kube-controller-manager evicts the pod on that GPU, the
+    Job fails, JobSet's failure policy recreates every Job, and the extender sends the new gang back
+    to its rack and the three nodes whose GPUs are fine, although best fit alone picks the other
+    rack (rack-a has room for 5 with the faulty node left out, rack-b for exactly 4: with
+    returnHoldSeconds 0 this test fails there)."""
+    cluster, namespace, test = setup
+    rack_of = _racks(cluster, test, {"rack-a": 6, "rack-b": 4})
+    filler_node = next(node for node, rack in rack_of.items() if rack == "rack-b")
+    gpu_pod(cluster.api, namespace, "filler", "eight", node_selector={"kubernetes.io/hostname": filler_node})
+    assert wait_pod_scheduled(cluster.api, namespace, "filler") == filler_node  # rack-b has room for 3 only
+    workers = ReplicatedJob("workers", replicas=1, parallelism=4, template="eight")
+    create_jobset(
+        cluster.api, namespace, "train", [workers], {TEST_LABEL: test}, exclusive_topology=RACK_LABEL, max_restarts=3
+    )
+    first = f"{JOBSET_NAME}=train,{RESTART_ATTEMPT}=0"
+    _wait_bound(cluster, namespace, first, 4, "attempt 0 placed", 180)
+    before = {p.spec.node_name for p in _bound(cluster.api, namespace, first)}
+    assert {rack_of[node] for node in before} == {"rack-a"}
+    delete_pods(cluster.api, namespace, ["filler"])  # rack-b is now the tighter fit for a fresh gang
+    wait_for(
+        lambda: _returns_recorded(cluster), 30, "the JobSet's return record", lambda: cluster.log.read_text()[-3000:]
+    )
+    failing = sorted(before)[0]
+    cluster.fail_gpu(failing, 3, xid_fault(79))
+    failed_at = time.monotonic()
+    second = f"{JOBSET_NAME}=train,{RESTART_ATTEMPT}=1"
+    _wait_bound(cluster, namespace, second, 4, "attempt 1 placed whole", 180)
+    elapsed = time.monotonic() - failed_at
+    after = {p.spec.node_name for p in _bound(cluster.api, namespace, second)}
+    print(f"JobSet 4 x 8 GPUs whole again {elapsed:.1f} s after the fault was published; nodes {sorted(after)}")
+    assert {rack_of[node] for node in after} == {"rack-a"}, "back in its rack"
+    assert before - {failing} <= after and failing not in after, "the healthy nodes reused, the faulty one left"
+    returned = wait_for(lambda: _gang_events(cluster.api, namespace, "GangReturned"), 30, "the GangReturned event")
+    assert "3 of the 3 node(s) kept for it taken again, same" in returned[0], returned
+    assert 'nativedra_extender_gang_returns_total{outcome="same_nodes"}' in cluster.metrics()

@@ -20,6 +20,7 @@ import yaml
 from kubernetes import client, config
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.inventory import Fault
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slices import build_slices
@@ -137,6 +138,19 @@ class ExtenderCluster:
             names.append(name)
         self.nodes.extend(names)
         return names
+
+    def fail_gpu(
+        self, node: str, index: int, fault: Fault, effect: str = "NoExecute", profile: str = "a100-8x"
+    ) -> None:
+        """The node's slices as its plugin publishes them once GPU `index` has `fault`, built by the
+        plugin's own builder like every node of this harness (the plugin turning a fault file into
+        these is e2e/test_gpu_faults.py's)."""
+        inventory = load_profile(resolve_profile(profile))
+        gpus = tuple(gpu.with_fault(fault) if gpu.index == index else gpu for gpu in inventory.gpus)
+        config = PublishConfig(fractions=(), fatal_fault_effect=effect)
+        SlicePublisher(self.api, node).reconcile(
+            build_slices(inventory.model_copy(update={"gpus": gpus}), config, node)
+        )
 
     def remove_nodes(self) -> None:
         core = client.CoreV1Api(self.api)

@@ -714,13 +714,16 @@ class Planning:
         if not self.returns:
             return working
         priority = gang_priority(gang)
+        # Where its returning members are placed already, their claims hold what was kept there.
+        back = {member.node for member in gang.placed}
         given: dict[str, Usage] | None = None
         for key, kept in self.returns.items():
-            if key != gang.ref.key and kept.priority >= priority:
+            own = key == gang.ref.key
+            if not own and kept.priority >= priority:
                 continue
             given = dict(working) if given is None else given
             for name, reserved in kept.nodes.items():
-                if name in given:
+                if name in given and not (own and name in back):
                     given[name] = given[name].minus(reserved.usage)
         return working if given is None else given
 

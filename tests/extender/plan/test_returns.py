@@ -82,3 +82,14 @@ def test_a_record_that_does_not_hold_changes_nothing() -> None:
         returns={"ns/gang:g": placed},
     )
     assert set(plan.plans["ns/gang:g"].slots) == {"b-0", "b-1", "b-2"}
+
+
+def test_a_kept_node_its_returning_member_took_is_not_given_back_again() -> None:
+    """Once a returning member is placed on a kept node, its claims hold those devices: the node is
+    full, however the kept devices and the claims' overlap."""
+    nodes = racks({"a": 4})
+    returning = make_gang("g", 3, 1.0, "rack", bound={"g-0": "a-1"})
+    kept = _returning(nodes, "ns/gang:g", ["a-1", "a-2"])
+    usage_plan = _plan(nodes, [returning], [kept])
+    slots = usage_plan.plans["ns/gang:g"].slots
+    assert "a-1" not in slots and "a-2" in slots and sum(slots.values()) == 2, slots
