@@ -7,7 +7,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -239,41 +239,82 @@ def _returns_recorded(cluster: ExtenderCluster) -> bool:
     return any(lease.metadata.name.startswith("return-") for lease in leases)
 
 
-def test_a_jobset_that_loses_a_gpu_comes_back_whole_to_its_rack_and_its_healthy_nodes(
-    setup: tuple[ExtenderCluster, str, str],
+def _fails_and_returns(
+    cluster: ExtenderCluster, namespace: str, test: str, make: Callable[[], None], selector: str
 ) -> None:
-    """A fatal XID under NoExecute: the real kube-controller-manager evicts the pod on that GPU, the
-    Job fails, JobSet's failure policy recreates every Job, and the extender sends the new gang back
-    to its rack and the three nodes whose GPUs are fine, although best fit alone picks the other
-    rack (rack-a has room for 5 with the faulty node left out, rack-b for exactly 4: with
-    returnHoldSeconds 0 this test fails there)."""
-    cluster, namespace, test = setup
+    """`make` creates a gang of 4 pods x 8 GPUs exclusive in a rack; one of its GPUs fails under
+    NoExecute. The real kube-controller-manager evicts the pod on it, its controller recreates the
+    gang, and the extender sends the new gang back to its rack and the three nodes whose GPUs are
+    fine, although best fit alone picks the other rack (rack-a has room for 5 with the faulty node
+    left out, rack-b for exactly 4: with returnHoldSeconds 0 this fails there)."""
     rack_of = _racks(cluster, test, {"rack-a": 6, "rack-b": 4})
     filler_node = next(node for node, rack in rack_of.items() if rack == "rack-b")
     gpu_pod(cluster.api, namespace, "filler", "eight", node_selector={"kubernetes.io/hostname": filler_node})
     assert wait_pod_scheduled(cluster.api, namespace, "filler") == filler_node  # rack-b has room for 3 only
-    workers = ReplicatedJob("workers", replicas=1, parallelism=4, template="eight")
-    create_jobset(
-        cluster.api, namespace, "train", [workers], {TEST_LABEL: test}, exclusive_topology=RACK_LABEL, max_restarts=3
-    )
-    first = f"{JOBSET_NAME}=train,{RESTART_ATTEMPT}=0"
-    _wait_bound(cluster, namespace, first, 4, "attempt 0 placed", 180)
-    before = {p.spec.node_name for p in _bound(cluster.api, namespace, first)}
+    make()
+    _wait_bound(cluster, namespace, selector, 4, "the gang placed", 180)
+    first = {p.metadata.uid: p.spec.node_name for p in _bound(cluster.api, namespace, selector)}
+    before = set(first.values())
     assert {rack_of[node] for node in before} == {"rack-a"}
     delete_pods(cluster.api, namespace, ["filler"])  # rack-b is now the tighter fit for a fresh gang
     wait_for(
-        lambda: _returns_recorded(cluster), 30, "the JobSet's return record", lambda: cluster.log.read_text()[-3000:]
+        lambda: _returns_recorded(cluster), 30, "the gang's return record", lambda: cluster.log.read_text()[-3000:]
     )
     failing = sorted(before)[0]
     cluster.fail_gpu(failing, 3, xid_fault(79))
     failed_at = time.monotonic()
-    second = f"{JOBSET_NAME}=train,{RESTART_ATTEMPT}=1"
-    _wait_bound(cluster, namespace, second, 4, "attempt 1 placed whole", 180)
+
+    def again() -> list[client.V1Pod]:
+        return [p for p in _bound(cluster.api, namespace, selector) if p.metadata.uid not in first]
+
+    wait_for(lambda: len(again()) == 4, 180, "the gang whole again", lambda: _explain(cluster.api, namespace))
     elapsed = time.monotonic() - failed_at
-    after = {p.spec.node_name for p in _bound(cluster.api, namespace, second)}
-    print(f"JobSet 4 x 8 GPUs whole again {elapsed:.1f} s after the fault was published; nodes {sorted(after)}")
+    after = {p.spec.node_name for p in again()}
+    print(f"{selector}: 4 x 8 GPUs whole again {elapsed:.1f} s after the fault was published")
     assert {rack_of[node] for node in after} == {"rack-a"}, "back in its rack"
     assert before - {failing} <= after and failing not in after, "the healthy nodes reused, the faulty one left"
     returned = wait_for(lambda: _gang_events(cluster.api, namespace, "GangReturned"), 30, "the GangReturned event")
     assert "3 of the 3 node(s) kept for it taken again, same" in returned[0], returned
     assert 'nativedra_extender_gang_returns_total{outcome="same_nodes"}' in cluster.metrics()
+
+
+def test_a_jobset_that_loses_a_gpu_comes_back_whole_to_its_rack_and_its_healthy_nodes(
+    setup: tuple[ExtenderCluster, str, str],
+) -> None:
+    """The pod on the GPU is evicted, its Job fails, JobSet's failure policy recreates every Job."""
+    cluster, namespace, test = setup
+    workers = ReplicatedJob("workers", replicas=1, parallelism=4, template="eight")
+
+    def make() -> None:
+        create_jobset(
+            cluster.api,
+            namespace,
+            "train",
+            [workers],
+            {TEST_LABEL: test},
+            exclusive_topology=RACK_LABEL,
+            max_restarts=3,
+        )
+
+    _fails_and_returns(cluster, namespace, test, make, f"{JOBSET_NAME}=train")
+
+
+def test_an_lws_group_that_loses_a_gpu_comes_back_whole_to_its_rack_and_its_healthy_nodes(
+    setup: tuple[ExtenderCluster, str, str],
+) -> None:
+    """The pod on the GPU is evicted and LeaderWorkerSet recreates its whole group."""
+    cluster, namespace, test = setup
+
+    def make() -> None:
+        create_lws(
+            cluster.api,
+            namespace,
+            "serve",
+            replicas=1,
+            size=4,
+            template="eight",
+            node_selector={TEST_LABEL: test},
+            exclusive_topology=RACK_LABEL,
+        )
+
+    _fails_and_returns(cluster, namespace, test, make, f"{LWS_NAME}=serve")
