@@ -58,7 +58,7 @@ def _evicted(api: client.ApiClient, namespace: str, pod: str) -> bool:
     try:
         found = client.CoreV1Api(api).read_namespaced_pod(pod, namespace)
     except client.ApiException as error:
-        return error.status == 404
+        return bool(error.status == 404)
     return found.metadata.deletion_timestamp is not None
 
 

@@ -3,15 +3,17 @@ devices kept for it given back to it alone (and to gangs of higher priority), ke
 
 from __future__ import annotations
 
+import dataclasses
+
 from extender.cluster.reservation import Reservation, Reserved
 from extender.devices.cel_eval import Selectors
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher
 from extender.plan.planner import ClusterPlan, plan_cluster
 from extender.pods.model import Gang, Member, PlanLimits
+from testkit.builders import DRIVER, racks
 from tests.extender.plan.test_planner import EIGHT
 from tests.extender.plan.test_planner import gang as make_gang
-from testkit.builders import DRIVER, racks
 
 
 def _returning(nodes: dict[str, Node], key: str, kept: list[str], priority: int = 0) -> Reservation:
@@ -63,15 +65,7 @@ def test_its_kept_nodes_are_kept_from_gangs_of_equal_or_lower_priority_but_not_h
 def test_a_record_that_does_not_hold_changes_nothing() -> None:
     nodes = racks({"a": 4, "b": 3})
     running = _returning(nodes, "ns/gang:g", ["a-1", "a-2"])
-    placed = Reservation(
-        *[getattr(running, f) for f in ("lease", "preemptor", "what", "priority", "nodes")],
-        (),
-        50.0,
-        110.0,
-        "",
-        True,
-        None,
-    )
+    placed = dataclasses.replace(running, vacated=None)
     plan = plan_cluster(
         nodes,
         {name: Usage() for name in nodes},
