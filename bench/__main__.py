@@ -16,6 +16,7 @@ from bench import (
     bench_preemption,
     bench_preemption_oracle,
     bench_prepare,
+    bench_recovery,
     bench_scheduler,
     bench_slices,
 )
@@ -31,6 +32,7 @@ BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]]
     "native_gang": bench_native_gang.run,
     "preemption": bench_preemption.run,
     "preemption_oracle": bench_preemption_oracle.run,
+    "recovery": bench_recovery.run,
 }
 
 
