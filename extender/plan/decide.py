@@ -162,6 +162,9 @@ class Decider:
         if not plan.feasible:
             return [], dict.fromkeys(names, plan.reason), RETRY if plan.transient else "gang-rejected"
         slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
+        if not slots and plan.confine is not None:  # an elastic gang grows in its domain alone
+            reason = f"gang {ref.key} has its minimum placed in {plan.domain}: more members go there only"
+            return [n for n in names if n in plan.confine], {n: reason for n in names if n not in plan.confine}, "gang"
         if not slots:  # nothing left to hold (e.g. all members bound): no restriction
             return names, {}, "gang"
         # kube-scheduler places a native PodGroup whole in one cycle against its own cache: the lag

@@ -299,6 +299,21 @@ def _settled(gang: Gang, demand: Demand) -> Plan | None:
     return None
 
 
+def _confined(plan: Plan, gang: Gang, nodes: dict[str, Node]) -> Plan:
+    """An elastic gang whose minimum is placed grows inside its required domain: members beyond the
+    minimum wait for room there instead of going wherever the scheduler finds some."""
+    level = gang.ref.required_topology
+    if not (plan.feasible and gang.ref.minimum and level and gang.placed):
+        return plan
+    if len(gang.placed) + sum(member.done for member in gang.members) >= len(gang.members):
+        return plan
+    domains = gang_domains(nodes, level, gang)
+    if len(domains) != 1:
+        return plan
+    [(domain, names)] = domains.items()
+    return replace(plan, domain=f"{level} {domain}", confine=frozenset(names))
+
+
 def _no_room(gang: Gang, demand: Demand, best_seen: tuple[int, str]) -> str:
     """Why the gang cannot be placed, with the best domain's room, so the user can act on it."""
     level = gang.ref.required_topology or gang.ref.preferred_topology
@@ -667,7 +682,10 @@ class Planning:
     def settled(self, gang: Gang) -> Plan | None:
         """The plan of a gang whose plan nodes cannot change (every member placed, a label error,
         an object not seen yet): it holds nothing and has no clock."""
-        return _settled(gang, gang.demand()) if gang.members else None
+        if not gang.members:
+            return None
+        plan = _settled(gang, gang.demand())
+        return _confined(plan, gang, self.nodes) if plan is not None else None
 
     def hold(self, gang: Gang, *, changed: Collection[str] | None = None, room: Room = room_counts) -> HoldClock:
         """The gang's hold clock after this plan; `changed` and `room` as `hold_clock` takes them."""

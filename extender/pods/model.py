@@ -212,6 +212,9 @@ class Plan:
     part_slots: dict[str, dict[str, int]] = field(default_factory=dict)  # part -> node -> members
     # Not placeable only until the watches deliver an object it needs: worth retrying soon.
     transient: bool = False
+    # An elastic gang (a minimum, met) with members beyond it still to place: they may go on any of
+    # these nodes, its required domain, as room frees there, and nowhere else.
+    confine: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

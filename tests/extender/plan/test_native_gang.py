@@ -159,3 +159,22 @@ def test_the_state_keeps_native_members_without_claims_or_labels() -> None:
     state = ClusterState(DRIVER)
     state.replace("pods", [pod("plain"), pod("member", group="train")])
     assert sorted(state.view().pods) == [("ns", "member")]
+
+
+def test_an_elastic_group_grows_only_inside_its_required_rack() -> None:
+    """minCount 2 placed in rack a: the members beyond it go on rack a's nodes as room frees there,
+    never into rack b, even when rack b has room and rack a has none."""
+    full = [f"gpu-{d}" for d in range(8)]
+    claims = [allocated_claim(f"wide-{i}-gpus", f"a-{i}", full, reserved_for=f"wide-{i}") for i in range(2)]
+    placed = [native("wide", i, node=f"a-{i}", claim=f"wide-{i}-gpus") for i in range(2)]
+    extra = [native("wide", i) for i in (2, 3)]
+    for rack_a, offered, passing in ((3, ["a-2", "b-0"], ["a-2"]), (2, ["b-0", "b-1"], [])):
+        nodes = racks({"a": rack_a, "b": 2}, label=RACK_LABEL)
+        group = pod_group("wide", 2, RACK_LABEL)
+        cluster = view(nodes, pods=placed + extra, templates=[EIGHT], claims=claims, pod_groups=[group])
+        found, failed, path = Decider(ExtenderConfig()).filter(cluster, extra[0], offered, now=SOON_AFTER)
+        assert (found, path) == (passing, "gang"), failed
+        assert (
+            failed.get("b-0")
+            == f"gang ns/native:wide has its minimum placed in {RACK_LABEL} a: more members go there only"
+        )
