@@ -24,6 +24,7 @@ import pytest
 from kubernetes import client
 
 from extender.plan.config import RACK_LABEL
+from nativedra.base.kube.resources import NATIVE_POD_GROUPS
 from nativedra.cluster import ControlPlane, wait_for
 from testkit.extender_harness import (
     ExtenderCluster,
@@ -33,6 +34,7 @@ from testkit.extender_harness import (
     fresh_namespace,
     native_gang_pods,
     settled_placement,
+    wait_judged_unschedulable,
 )
 
 TEST_LABEL = "e2e.nativedra.dev/test"
@@ -110,3 +112,25 @@ def test_the_extender_leaves_pending_no_pod_that_native_alone_places(
     with fresh_namespace(gated.api, "both") as namespace:
         both = _mixed(gated, namespace, racks)
     assert len(alone) == len(both) == 6, (alone, both)
+
+
+def test_an_elastic_group_grows_inside_its_rack_and_keeps_what_runs_when_its_min_count_rises(
+    gated: ExtenderCluster, racks: dict[str, str], namespace: str
+) -> None:
+    """A rack-required PodGroup of 4 pods with minCount 2: 3 fit in rack-a and run. The fourth waits
+    for room in rack-a although racks b and c have some. minCount raised to 4 while 3 run: nothing
+    that runs is touched, and a node added to rack-a takes the fourth there."""
+    selector = _selector(racks, gated.api)
+    pods = native_gang_pods(gated.api, namespace, "elastic", 4, 8, topology=RACK_LABEL, selector=selector, min_count=2)
+    wait_for(lambda: len(bound(gated.api, namespace, pods)) == 3, SETTLE_S, "3 of the group to run")
+    first = bound(gated.api, namespace, pods)
+    assert {racks[node] for node in first.values()} == {"rack-a"}, first
+    [waiting] = [name for name in pods if name not in first]
+    wait_judged_unschedulable(gated.api, namespace, [waiting])
+    assert waiting not in bound(gated.api, namespace, pods), "never into rack b or c"
+    NATIVE_POD_GROUPS.patch(gated.api, "elastic", {"spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}}, namespace)
+    test = next(iter(selector.values()))
+    [added] = gated.add_gpu_nodes(1, {TEST_LABEL: test, RACK_LABEL: "rack-a"})
+    wait_for(lambda: len(bound(gated.api, namespace, pods)) == 4, SETTLE_S, "the fourth on the new rack-a node")
+    after = bound(gated.api, namespace, pods)
+    assert after[waiting] == added and all(after[name] == node for name, node in first.items()), after

@@ -13,6 +13,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from extender.cluster.reservation import Reservation, Reserved, return_lease_name
 from extender.cluster.view import ClusterView
@@ -91,6 +92,36 @@ def lost_members(kept: Reservation, gang: Gang | None) -> bool:
 def finished(gang: Gang | None) -> bool:
     """Its pods completed: nothing is coming back."""
     return gang is not None and bool(gang.members) and all(member.done for member in gang.members)
+
+
+class Step(StrEnum):
+    """What a gang's return record needs now."""
+
+    NOTHING = "nothing"
+    RECORD = "record"  # the gang runs whole: say where
+    VACATE = "vacate"  # it lost members and its owner will recreate them: keep its nodes
+    RETURNED = "returned"  # whole again after losing members: say so, and where it is now
+    FINISHED = "finished"  # its pods completed: let the record go
+    GONE = "gone"  # its owner is gone or suspended: nothing is coming back
+    EXPIRED = "expired"  # not whole again within the hold
+
+
+def next_step(kept: Reservation, gang: Gang | None, owner_expected: bool | None, now: float) -> Step:
+    """`owner_expected`: `expects_return` (None: not known from the view; the caller asks the API
+    before it vacates)."""
+    if finished(gang):
+        return Step.FINISHED
+    if not kept.holds:
+        if gang is not None and whole(gang):
+            return Step.RECORD
+        if not lost_members(kept, gang):
+            return Step.NOTHING
+        return Step.GONE if owner_expected is False else Step.VACATE
+    if gang is not None and whole(gang):
+        return Step.RETURNED
+    if owner_expected is False:
+        return Step.GONE
+    return Step.EXPIRED if now >= kept.expires else Step.NOTHING
 
 
 def vacated(kept: Reservation, nodes: Mapping[str, Node], now: float, hold: float) -> Reservation | None:

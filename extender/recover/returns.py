@@ -28,9 +28,9 @@ from extender.preempt.preemptor import COMPONENT, LeadLostError
 from extender.recover.metrics import GANG_RECOVERY_SECONDS, GANG_RETURNS, GANGS_VACATED
 from extender.recover.records import (
     RETURNING_SOURCES,
+    Step,
     expects_return,
-    finished,
-    lost_members,
+    next_step,
     outcome,
     owner,
     placed_usage,
@@ -94,46 +94,55 @@ class Returns:
                 self._record(view, gang, now, None)
 
     def _tend(self, view: ClusterView, gang: Gang | None, kept: Reservation, now: float) -> None:
-        if finished(gang):
-            self._delete(kept, f"gang {kept.preemptor} finished")
-        elif not kept.holds:
-            if gang is not None and whole(gang):
-                self._record(view, gang, now, kept)
-            elif lost_members(kept, gang):
-                if self._expects_return(view, kept.preemptor):
-                    self._vacate(view, kept, now)
-                else:
-                    self._delete(kept, f"gang {kept.preemptor} lost members and its owner is gone or suspended")
-        elif gang is not None and whole(gang):
+        key = kept.preemptor
+        step = next_step(kept, gang, expects_return(view, key), now)
+        if step is Step.RECORD and gang is not None:
+            self._record(view, gang, now, kept)
+        elif step is Step.VACATE:
+            if self._owner_exists(key):
+                self._vacate(view, kept, now)
+            else:
+                self._delete(kept, f"gang {key} lost members and its LeaderWorkerSet is gone")
+        elif step is Step.RETURNED and gang is not None:
             self._returned(view, gang, kept, now)
-        elif now >= kept.expires:
+        elif step is Step.FINISHED:
+            self._delete(kept, f"gang {key} finished")
+        elif step is Step.GONE:
+            self._delete(kept, f"gang {key} is not coming back: its owner is gone or suspended")
+        elif step is Step.EXPIRED:
             GANG_RETURNS.labels("expired").inc()
-            self._delete(kept, f"gang {kept.preemptor} was not whole again within {self.hold_seconds} s")
+            self._delete(kept, f"gang {key} was not whole again within {self.hold_seconds} s")
             for member in gang.members if gang is not None else []:
                 self._event(
                     view,
                     member.pod,
                     "GangReturnExpired",
-                    f"the nodes gang {kept.preemptor} ran on were kept for it {self.hold_seconds} s after it "
-                    "lost members; it was not whole again in time, so they were let go and it is planned anew",
+                    f"the nodes gang {key} ran on were kept for it {self.hold_seconds} s after it lost members; "
+                    "it was not whole again in time, so they were let go and it is planned anew",
                 )
 
     def _record(self, view: ClusterView, gang: Gang, now: float, earlier: Reservation | None) -> None:
-        """Write where the running gang is, unless the record says so already."""
+        """Write where the running gang is, unless a record that keeps nothing says so already (a
+        vacated one is always rewritten: its gang is back)."""
         placed = placed_usage(view, gang, self.config.driver)
         if not any(reserved.usage.devices or reserved.usage.counters for reserved in placed.values()):
-            return  # no devices of ours: nothing to come back to
-        if earlier is not None and {n: r.slots for n, r in earlier.nodes.items()} == {
-            n: r.slots for n, r in placed.items()
-        }:
+            if earlier is not None:  # no devices of ours any more: nothing to come back to
+                self._delete(earlier, f"gang {gang.ref.key} holds no devices")
+            return
+        if (
+            earlier is not None
+            and not earlier.holds
+            and {n: r.slots for n, r in earlier.nodes.items()} == {n: r.slots for n, r in placed.items()}
+        ):
             return
         self._write(record(gang, placed, gang_priority(gang), now, self.hold_seconds), earlier)
 
-    def _expects_return(self, view: ClusterView, key: str) -> bool:
-        known = expects_return(view, key)
-        if known is not None:
-            return known
-        _, namespace, name = owner(key)
+    def _owner_exists(self, key: str) -> bool:
+        """Asked of the API for an owner the extender does not watch (a LeaderWorkerSet); one that
+        cannot be read is taken to exist (the hold is bounded)."""
+        source, namespace, name = owner(key)
+        if source != "lws":
+            return True
         group = name.rpartition("/")[0]
         try:
             LEADER_WORKER_SETS.get(self.api, group, namespace, _request_timeout=API_TIMEOUT_S)

@@ -11,7 +11,7 @@ from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Node, Usage
 from extender.pods.gang import JobSetShape
 from extender.pods.model import Gang
-from extender.recover.records import expects_return, lost_members, outcome, record, vacated
+from extender.recover.records import Step, expects_return, lost_members, next_step, outcome, record, vacated
 from testkit.builders import racks
 from tests.extender.plan.test_planner import gang as make_gang
 
@@ -80,3 +80,27 @@ def test_the_outcome_says_which_kept_nodes_were_taken_again_and_whether_the_rack
     assert outcome(kept, {"a-0", "a-2", "a-3"}, nodes, ("rack",)).label == "same_nodes"
     assert outcome(kept, {"a-0", "a-1", "a-3"}, nodes, ("rack",)).label == "same_domain"
     assert outcome(kept, {"b-0", "b-1", "b-2"}, nodes, ("rack",)).label == "elsewhere"
+
+
+def test_each_state_of_a_record_leads_to_its_next_step() -> None:
+    nodes = racks({"a": 4})
+    gang = _running(nodes)
+    running = record(gang, _placed(nodes, ["a-0", "a-1", "a-2"]), 0, now=10.0, hold=60)
+    kept = vacated(running, nodes, 20.0, 60)
+    assert kept is not None
+    lost = Gang(gang.ref, gang.members[1:])
+    done = Gang(gang.ref, [dataclasses.replace(m, done=True) for m in gang.members])
+    cases = [
+        (running, gang, True, 11.0, Step.RECORD),  # whole: says where (written only if it moved)
+        (running, lost, True, 11.0, Step.VACATE),
+        (running, lost, None, 11.0, Step.VACATE),  # the caller asks the API about an LWS first
+        (running, lost, False, 11.0, Step.GONE),  # its JobSet deleted or suspended
+        (running, done, True, 11.0, Step.FINISHED),
+        (kept, None, True, 30.0, Step.NOTHING),  # held while its pods are recreated
+        (kept, lost, True, 30.0, Step.NOTHING),
+        (kept, gang, True, 30.0, Step.RETURNED),  # back whole, even on exactly the kept nodes
+        (kept, None, False, 30.0, Step.GONE),
+        (kept, lost, True, 80.0, Step.EXPIRED),
+    ]
+    for record_now, members, owner_expected, now, step in cases:
+        assert next_step(record_now, members, owner_expected, now) is step, (members, owner_expected, now)
