@@ -421,6 +421,63 @@ def test_device_fault_reaches_the_pod_status(real_node: Node) -> None:
             faults.unlink(missing_ok=True)
 
 
+def _plugin_env(env: Node, entry: dict[str, Any]) -> None:
+    """Patch one env entry of the plugin's container (as the chart's values would set it) and wait
+    for the rolled-out pod to serve."""
+    old = ready_plugin(env).metadata.uid
+    patch = {"spec": {"template": {"spec": {"containers": [{"name": "plugin", "env": [entry]}]}}}}
+    client.AppsV1Api(env.api).patch_namespaced_daemon_set("nativedra-plugin", PLUGIN_NAMESPACE, patch)
+    wait_for(
+        lambda: old not in {p.metadata.uid for p in plugin_pods(env)},
+        180,
+        "the rollout of the plugin",
+        lambda: describe_plugin(env),
+    )
+    ready_plugin(env)
+
+
+def test_a_fatal_fault_under_no_execute_evicts_the_running_pod_through_the_real_kubelet(real_node: Node) -> None:
+    """The admin's choice (the chart's plugin.faults.fatalEffect, here its env var): XID 79 on the
+    GPU of a running pod. The plugin taints the GPU NoExecute and tells the pod; the real
+    kube-controller-manager evicts it and the real kubelet stops it and unprepares its claim."""
+    effect = "NATIVEDRA_FATAL_FAULT_EFFECT"
+    _plugin_env(real_node, {"name": effect, "value": "NoExecute"})
+    faults = SIMULATED_ROOT / "faults.yaml"
+    try:
+        with fresh_namespace(real_node.api, "evicted") as namespace:
+            (pod,) = run_example(real_node, EXAMPLES / "one-gpu.yaml", namespace)
+            running_probe(real_node, namespace, pod)
+            claim = pod_claim_name(real_node, namespace, pod)
+            claim_uid = RESOURCE_CLAIMS.get(real_node.api, claim, namespace)["metadata"]["uid"]
+            (uuid,) = allocated_uuids(real_node, namespace, claim)
+            faults.write_text(yaml.safe_dump({"faults": [{"gpu": uuid, "xid": 79}]}))
+            started = time.monotonic()
+
+            def gone() -> bool:
+                try:
+                    real_node.core.read_namespaced_pod(pod, namespace)
+                except client.ApiException as error:
+                    return bool(error.status == 404)
+                return False
+
+            wait_for(gone, 120, f"pod {pod} evicted and stopped", lambda: describe_pod(real_node.api, namespace, pod))
+            print(f"the pod on the faulty GPU was gone {time.monotonic() - started:.1f} s after the fault was written")
+
+            def told() -> dict[str, str] | None:
+                selector = f"involvedObject.name={pod}"
+                events = real_node.core.list_namespaced_event(namespace, field_selector=selector).items
+                reasons = {e.reason: e.message for e in events}
+                return reasons if {"DeviceTaintManagerEviction", "GPUFault"} <= set(reasons) else None
+
+            reasons = wait_for(told, 30, "the eviction's and the plugin's events on the pod")
+            assert "XID 79" in reasons["GPUFault"], reasons
+            spec = Path(DEFAULT_CDI_DIR) / f"{CDI_PREFIX}{claim_uid}.yaml"
+            wait_for(lambda: not spec.exists(), 60, "the claim unprepared (its CDI spec removed)")
+    finally:
+        faults.unlink(missing_ok=True)
+        _plugin_env(real_node, {"name": effect, "$patch": "delete"})
+
+
 def test_a_pod_carrying_the_extender_marker_is_admitted_by_the_real_kubelet(real_node: Node) -> None:
     """The marker the extender's policy adds (an extended resource no node advertises) does not keep
     a pod off a node: the kubelet drops extended resources its node lacks before its admission check
