@@ -72,6 +72,10 @@ def _held_nodes(
     return failed
 
 
+def _returns_held(view: ClusterView) -> bool:
+    return any(kept.holds for kept in view.returns.values())
+
+
 @dataclass(frozen=True)
 class _Answer:
     """One prioritize answer and what it was worked out from (mappings the state never changes)."""
@@ -160,7 +164,10 @@ class Decider:
             return [n for n in names if n == placed], {n: reason for n in names if n != placed}, "gang"
         plan = cluster.plans[ref.key]
         if not plan.feasible:
-            return [], dict.fromkeys(names, plan.reason), RETRY if plan.transient else "gang-rejected"
+            # While a returning gang's nodes are kept, a refusal may end with the hold, which no
+            # event tells the scheduler of: it retries after its backoff instead of parking the pod.
+            retry = plan.transient or _returns_held(view)
+            return [], dict.fromkeys(names, plan.reason), RETRY if retry else "gang-rejected"
         slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
         if not slots and plan.confine is not None:  # an elastic gang grows in its domain alone
             reason = f"gang {ref.key} has its minimum placed in {plan.domain}: more members go there only"
@@ -230,7 +237,10 @@ class Decider:
             failed = _held_nodes(self.plans.plan(view, None, now), view, demand, names, self.matcher)
         if not failed:
             return names, failed, "pass"
-        return [name for name in names if name not in failed], failed, "held-check"
+        passing = [name for name in names if name not in failed]
+        if not passing and _returns_held(view):  # as for gangs: the hold may end with no event
+            return passing, failed, RETRY
+        return passing, failed, "held-check"
 
     def prioritize(self, view: ClusterView, asked: PodFacts | dict[str, Any], names: list[str]) -> dict[str, int]:
         """Scores of `names`. The scheduler sends the same names for pod after pod while a watch

@@ -84,7 +84,8 @@ class JobSetShape:
     """What a JobSet object says about its gang: its Jobs, their pod counts, exclusive levels."""
 
     jobs: tuple[tuple[str, int, int, str | None], ...]  # (replicated job, replicas, pods per Job, exclusive)
-    suspended: bool = False  # spec.suspend: its pods are gone until it is resumed (Kueue evicted it)
+    # Suspended (Kueue evicted it) or being deleted: its pods are going and not coming back.
+    stopping: bool = False
 
     @classmethod
     def from_api(cls, jobset: dict[str, Any]) -> JobSetShape:
@@ -97,7 +98,8 @@ class JobSetShape:
             pods = min(parallelism, int(job_spec.get("completions") or parallelism))
             own = ((template.get("metadata") or {}).get("annotations") or {}).get(JOBSET_EXCLUSIVE)
             jobs.append((str(replicated.get("name")), int(replicated.get("replicas") or 1), pods, own or level))
-        return cls(tuple(jobs), bool((jobset.get("spec") or {}).get("suspend")))
+        suspended = bool((jobset.get("spec") or {}).get("suspend"))
+        return cls(tuple(jobs), suspended or bool((jobset.get("metadata") or {}).get("deletionTimestamp")))
 
     @property
     def parts(self) -> tuple[Part, ...]:

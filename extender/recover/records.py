@@ -51,12 +51,12 @@ def owner(key: str) -> tuple[str, str, str]:
 
 def expects_return(view: ClusterView, key: str) -> bool | None:
     """Whether the object that owns the gang still exists to recreate its pods: a JobSet (not
-    suspended), a PodGroup. None for a LeaderWorkerSet, which the extender does not watch: the API
-    is asked. A gang deleted by its user, or suspended by Kueue, keeps nothing."""
+    suspended or being deleted), a PodGroup. None for a LeaderWorkerSet, which the extender does not
+    watch: the API is asked. A gang deleted by its user, or suspended by Kueue, keeps nothing."""
     source, namespace, name = owner(key)
     if source == "jobset":
         shape = view.jobsets.get((namespace, name))
-        return shape is not None and not shape.suspended
+        return shape is not None and not shape.stopping
     if source == "podgroup":
         return (namespace, name) in view.pod_group_min
     if source == "native":

@@ -9,9 +9,11 @@ from extender.cluster.reservation import Reservation, Reserved
 from extender.devices.cel_eval import Selectors
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import RETRY, Decider
 from extender.plan.planner import ClusterPlan, plan_cluster
 from extender.pods.model import Gang, Member, PlanLimits
-from testkit.builders import DRIVER, racks
+from testkit.builders import DRIVER, claim_template, pod, racks, view
 from tests.extender.plan.test_planner import EIGHT
 from tests.extender.plan.test_planner import gang as make_gang
 
@@ -87,3 +89,18 @@ def test_a_kept_node_its_returning_member_took_is_not_given_back_again() -> None
     usage_plan = _plan(nodes, [returning], [kept])
     slots = usage_plan.plans["ns/gang:g"].slots
     assert "a-1" not in slots and "a-2" in slots and sum(slots.values()) == 2, slots
+
+
+def test_a_pod_refused_only_for_a_returning_gangs_nodes_is_retried_not_parked() -> None:
+    """The hold ends with no event the scheduler watches: a refusal it causes is answered as an
+    error the scheduler retries after its backoff, naming the hold."""
+    nodes = racks({"a": 2})
+    kept = _returning(nodes, "ns/gang:g", ["a-0", "a-1"])
+    usage = {name: Usage(devices=set(nodes[name].devices)) for name in nodes}
+    cluster = view(nodes, usage=usage, pods=[pod("lone", template="eight")], templates=[claim_template("eight", 8)])
+    holding = dataclasses.replace(cluster, returns={kept.preemptor: kept})
+    passing, failed, path = Decider(ExtenderConfig()).filter(holding, pod("lone", template="eight"), sorted(nodes))
+    assert (passing, path) == ([], RETRY)
+    assert "kept for gang ns/gang:g (priority 0), which ran there until it lost members" in failed["a-0"]
+    _, _, alone = Decider(ExtenderConfig()).filter(cluster, pod("lone", template="eight"), sorted(nodes))
+    assert alone == "pass", "without the hold the extender leaves the fit to the scheduler"

@@ -65,10 +65,12 @@ def test_only_a_gang_whose_owner_still_exists_expects_its_pods_back() -> None:
     shape = JobSetShape((("workers", 1, 4, "rack"),))
     assert expects_return(_view(jobsets={("ns", "train"): shape}), "ns/jobset:train") is True
     assert (
-        expects_return(_view(jobsets={("ns", "train"): dataclasses.replace(shape, suspended=True)}), "ns/jobset:train")
+        expects_return(_view(jobsets={("ns", "train"): dataclasses.replace(shape, stopping=True)}), "ns/jobset:train")
         is False
     )
     assert expects_return(_view(), "ns/jobset:train") is False, "deleted by its user"
+    deleting = {"metadata": {"deletionTimestamp": "2026-12-04T00:00:00Z"}, "spec": {"replicatedJobs": []}}
+    assert JobSetShape.from_api(deleting).stopping and JobSetShape.from_api({"spec": {"suspend": True}}).stopping
     assert expects_return(_view(pod_group_min={("ns", "pg"): 2}), "ns/podgroup:pg") is True
     assert expects_return(_view(), "ns/lws:serve/0") is None, "asked of the API"
     assert expects_return(_view(), "ns/gang:g") is False, "no object recreates labelled pods"
