@@ -559,6 +559,13 @@ BENCHMARKS = (
     ),
     Benchmark("preemption", "Preemption", "python -m bench preemption", "preemption.json", preemption_tables),
     Benchmark(
+        "recovery",
+        "Gang recovery after a GPU fault",
+        "python -m bench recovery",
+        "recovery.json",
+        generic_tables,
+    ),
+    Benchmark(
         "preemption_oracle",
         "Preemption against kube-scheduler's DefaultPreemption",
         "python -m bench preemption_oracle",

@@ -31,7 +31,7 @@ DESCRIBED = "nativedra.dev/preemptor-description"
 PRIORITY = "nativedra.dev/priority"
 NODES = "nativedra.dev/reserved"
 VICTIMS = "nativedra.dev/victims"
-RETURNING = "nativedra.dev/returning"  # a return record: {"vacated": time or null}
+RETURNING = "nativedra.dev/returning"  # a return record: {"vacated": time or null, "members": fingerprint}
 LEASE_PREFIX = "preempt-"
 RETURN_PREFIX = "return-"
 
@@ -74,6 +74,7 @@ class Reservation:
     uid: str = ""  # the Lease's UID once written: it is deleted only under that precondition
     returning: bool = False  # a gang's return record, not a preemption
     vacated: float | None = None  # a return record: when the gang lost members (unix seconds)
+    members: str = ""  # a return record: a fingerprint of the pods it was written for
 
     @property
     def victim_pods(self) -> tuple[str, ...]:
@@ -116,7 +117,14 @@ def _micro(seconds: float) -> str:
 def lease_body(reservation: Reservation, holder: str) -> dict[str, Any]:
     nodes = {name: {"slots": r.slots, **_usage_json(r.usage)} for name, r in reservation.nodes.items()}
     returning = (
-        {RETURNING: json.dumps({"vacated": None if reservation.vacated is None else _micro(reservation.vacated)})}
+        {
+            RETURNING: json.dumps(
+                {
+                    "vacated": None if reservation.vacated is None else _micro(reservation.vacated),
+                    "members": reservation.members,
+                }
+            )
+        }
         if reservation.returning
         else {}
     )
@@ -217,10 +225,11 @@ def from_lease(lease: dict[str, Any]) -> Reservation:
     if not isinstance(duration, int) or duration < 1:
         raise ReservationError(f"{name}: spec.leaseDurationSeconds must be a positive integer")
     created = _seconds(spec.get("acquireTime"), f"{name}: spec.acquireTime")
-    returning, vacated = RETURNING in annotations, None
+    returning, vacated, members = RETURNING in annotations, None, ""
     if returning:
         try:
-            vacated_text = json.loads(annotations[RETURNING])["vacated"]
+            returned = json.loads(annotations[RETURNING])
+            vacated_text, members = returned["vacated"], str(returned.get("members") or "")
         except (ValueError, TypeError, KeyError) as error:
             raise ReservationError(f"{name}: annotation {RETURNING} must be JSON with vacated: {error}") from error
         vacated = None if vacated_text is None else _seconds(vacated_text, f"{name}: annotation {RETURNING}.vacated")
@@ -236,4 +245,5 @@ def from_lease(lease: dict[str, Any]) -> Reservation:
         str(metadata.get("uid") or ""),
         returning,
         vacated,
+        members,
     )

@@ -673,7 +673,11 @@ class Planning:
         """`domains`: the last plan's memo, when its nodes are these very objects. `returns`: the
         gangs' return records (their devices are in `usage` while they hold)."""
         self.nodes, self.usage, self.matcher = nodes, usage, matcher
-        self.returns = {key: kept for key, kept in (returns or {}).items() if kept.holds}
+        # Every record names where its gang ran: a gang planned again lost members, and goes back
+        # there first even before the leader has marked its record vacated. Only those that hold
+        # keep devices, which are given back.
+        self.returns = dict(returns or {})
+        self.holding = {key: kept for key, kept in self.returns.items() if kept.holds}
         self.now, self.limits, self.clock = now, limits, clock
         self.clocks = clocks or {}
         self.taken: dict[str, str] = {}  # node -> the exclusive gang part whose domain holds it
@@ -729,13 +733,13 @@ class Planning:
         """`working` with the devices kept for the gang's own return, and for returns of gangs of
         lower priority, given back to it: a return keeps its devices from equal and lower priority
         only."""
-        if not self.returns:
+        if not self.holding:
             return working
         priority = gang_priority(gang)
         # Where its returning members are placed already, their claims hold what was kept there.
         back = {member.node for member in gang.placed}
         given: dict[str, Usage] | None = None
-        for key, kept in self.returns.items():
+        for key, kept in self.holding.items():
             own = key == gang.ref.key
             if not own and kept.priority >= priority:
                 continue

@@ -10,6 +10,7 @@ gang back there and keeps everyone else of equal or lower priority off them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from enum import StrEnum
 from extender.cluster.reservation import Reservation, Reserved, return_lease_name
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Node, allocated_results, usage_of
+from extender.pods.keys import key_of
 from extender.pods.model import Gang
 
 
@@ -74,12 +76,31 @@ def whole(gang: Gang) -> bool:
     )
 
 
-def record(gang: Gang, placed: Mapping[str, Reserved], priority: int, now: float, hold: float) -> Reservation:
-    """The record of a gang running whole: it keeps nothing until the gang loses members."""
+def record(
+    gang: Gang, placed: Mapping[str, Reserved], *, priority: int, now: float, hold: float, members: str = ""
+) -> Reservation:
+    """The record of a gang running whole (`members`: `members_of` its pods): it keeps nothing
+    until the gang loses members."""
     key = gang.ref.key
     return Reservation(
-        return_lease_name(key), key, f"gang {key}", priority, dict(placed), (), now, now + hold, returning=True
+        return_lease_name(key),
+        key,
+        f"gang {key}",
+        priority,
+        dict(placed),
+        (),
+        now,
+        now + hold,
+        returning=True,
+        members=members,
     )
+
+
+def members_of(view: ClusterView, gang: Gang) -> str:
+    """A fingerprint of the gang's pods by UID: a gang recreated between two looks of the leader
+    (an LWS group in about a second) is whole both times, with other pods."""
+    uids = sorted(view.pods[key_of(m.pod)].uid for m in gang.members if key_of(m.pod) in view.pods)
+    return hashlib.sha256(" ".join(uids).encode()).hexdigest()[:32]
 
 
 def lost_members(kept: Reservation, gang: Gang | None) -> bool:
@@ -106,14 +127,15 @@ class Step(StrEnum):
     EXPIRED = "expired"  # not whole again within the hold
 
 
-def next_step(kept: Reservation, gang: Gang | None, owner_expected: bool | None, now: float) -> Step:
+def next_step(kept: Reservation, gang: Gang | None, owner_expected: bool | None, now: float, members: str = "") -> Step:
     """`owner_expected`: `expects_return` (None: not known from the view; the caller asks the API
-    before it vacates)."""
+    before it vacates); `members`: `members_of` the gang now."""
     if finished(gang):
         return Step.FINISHED
     if not kept.holds:
         if gang is not None and whole(gang):
-            return Step.RECORD
+            recreated = bool(kept.members) and members != kept.members
+            return Step.RETURNED if recreated else Step.RECORD
         if not lost_members(kept, gang):
             return Step.NOTHING
         return Step.GONE if owner_expected is False else Step.VACATE

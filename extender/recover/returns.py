@@ -30,6 +30,7 @@ from extender.recover.records import (
     RETURNING_SOURCES,
     Step,
     expects_return,
+    members_of,
     next_step,
     outcome,
     owner,
@@ -95,7 +96,8 @@ class Returns:
 
     def _tend(self, view: ClusterView, gang: Gang | None, kept: Reservation, now: float) -> None:
         key = kept.preemptor
-        step = next_step(kept, gang, expects_return(view, key), now)
+        members = members_of(view, gang) if gang is not None else ""
+        step = next_step(kept, gang, expects_return(view, key), now, members)
         if step is Step.RECORD and gang is not None:
             self._record(view, gang, now, kept)
         elif step is Step.VACATE:
@@ -132,10 +134,15 @@ class Returns:
         if (
             earlier is not None
             and not earlier.holds
+            and earlier.members == members_of(view, gang)
             and {n: r.slots for n, r in earlier.nodes.items()} == {n: r.slots for n, r in placed.items()}
         ):
             return
-        self._write(record(gang, placed, gang_priority(gang), now, self.hold_seconds), earlier)
+        members = members_of(view, gang)
+        self._write(
+            record(gang, placed, priority=gang_priority(gang), now=now, hold=self.hold_seconds, members=members),
+            earlier,
+        )
 
     def _owner_exists(self, key: str) -> bool:
         """Asked of the API for an owner the extender does not watch (a LeaderWorkerSet); one that
@@ -169,7 +176,9 @@ class Returns:
         )
 
     def _returned(self, view: ClusterView, gang: Gang, kept: Reservation, now: float) -> None:
-        since = now - (kept.vacated or kept.created)
+        # From when this replica saw it lose members, or, recreated before it looked, from its
+        # first new pod's creation.
+        since = now - (kept.vacated or min(member.created for member in gang.members))
         now_on = {member.node for member in gang.placed if member.node}
         where = outcome(kept, now_on, view.nodes, self.config.topology_levels)
         GANG_RECOVERY_SECONDS.observe(max(0.0, since))

@@ -35,7 +35,7 @@ def _view(**fields: object) -> ClusterView:
 
 def test_a_record_keeps_nothing_until_vacated_and_reads_back_from_its_lease() -> None:
     nodes = racks({"a": 4})
-    running = record(_running(nodes), _placed(nodes, ["a-0", "a-1", "a-2"]), 100, now=10.0, hold=60)
+    running = record(_running(nodes), _placed(nodes, ["a-0", "a-1", "a-2"]), priority=100, now=10.0, hold=60)
     assert running.returning and not running.holds and running.priority == 100
     read = from_lease(
         {**lease_body(running, "me"), "metadata": {**lease_body(running, "me")["metadata"], "namespace": "n"}}
@@ -53,7 +53,7 @@ def test_a_record_keeps_nothing_until_vacated_and_reads_back_from_its_lease() ->
 def test_members_finished_are_not_lost_and_a_gang_with_no_pods_is() -> None:
     nodes = racks({"a": 4})
     gang = _running(nodes)
-    running = record(gang, _placed(nodes, ["a-0", "a-1", "a-2"]), 0, now=10.0, hold=60)
+    running = record(gang, _placed(nodes, ["a-0", "a-1", "a-2"]), priority=0, now=10.0, hold=60)
     assert not lost_members(running, gang)
     done = Gang(gang.ref, [dataclasses.replace(gang.members[0], done=True), *gang.members[1:]])
     assert not lost_members(running, done)
@@ -78,7 +78,7 @@ def test_only_a_gang_whose_owner_still_exists_expects_its_pods_back() -> None:
 
 def test_the_outcome_says_which_kept_nodes_were_taken_again_and_whether_the_rack_is_the_same() -> None:
     nodes = racks({"a": 4, "b": 4})
-    kept = record(_running(nodes), _placed(nodes, ["a-0", "a-2"]), 0, now=10.0, hold=60)
+    kept = record(_running(nodes), _placed(nodes, ["a-0", "a-2"]), priority=0, now=10.0, hold=60)
     assert outcome(kept, {"a-0", "a-2", "a-3"}, nodes, ("rack",)).label == "same_nodes"
     assert outcome(kept, {"a-0", "a-1", "a-3"}, nodes, ("rack",)).label == "same_domain"
     assert outcome(kept, {"b-0", "b-1", "b-2"}, nodes, ("rack",)).label == "elsewhere"
@@ -87,7 +87,7 @@ def test_the_outcome_says_which_kept_nodes_were_taken_again_and_whether_the_rack
 def test_each_state_of_a_record_leads_to_its_next_step() -> None:
     nodes = racks({"a": 4})
     gang = _running(nodes)
-    running = record(gang, _placed(nodes, ["a-0", "a-1", "a-2"]), 0, now=10.0, hold=60)
+    running = record(gang, _placed(nodes, ["a-0", "a-1", "a-2"]), priority=0, now=10.0, hold=60)
     kept = vacated(running, nodes, 20.0, 60)
     assert kept is not None
     lost = Gang(gang.ref, gang.members[1:])
@@ -106,3 +106,9 @@ def test_each_state_of_a_record_leads_to_its_next_step() -> None:
     ]
     for record_now, members, owner_expected, now, step in cases:
         assert next_step(record_now, members, owner_expected, now) is step, (members, owner_expected, now)
+    # Recreated whole between two looks of the leader: other pods, so a return, not a re-record.
+    seen = dataclasses.replace(running, members="before")
+    assert next_step(seen, gang, True, 11.0, "before") is Step.RECORD
+    assert next_step(seen, gang, True, 11.0, "after") is Step.RETURNED
+    body = lease_body(seen, "me")
+    assert from_lease({**body, "metadata": {**body["metadata"], "namespace": "n"}}).members == "before"
