@@ -32,6 +32,7 @@ from extender.plan.hold_clock import Room, hold_clock, room_counts
 from extender.pods.demand import Demand
 from extender.pods.gang import GangRef, Part
 from extender.pods.model import ANYWHERE, Gang, HoldClock, Plan, PlanLimits
+from extender.recover.records import lost_members, vacated
 
 
 @dataclass
@@ -749,9 +750,29 @@ class Planning:
                     given[name] = given[name].minus(reserved.usage)
         return working if given is None else given
 
+    def _hold_lost(self, gangs: list[Gang], held: dict[str, Usage], holders: dict[str, list[str]]) -> None:
+        """A gang that lost members keeps its fit nodes from the plan that first sees it, not a
+        second later when the leader has marked its record vacated (and the state counts it): in
+        between, queued work would take them. Its own members' nodes are counted by their claims."""
+        by_key = {gang.ref.key: gang for gang in gangs}
+        for key, kept in self.returns.items():
+            gang = by_key.get(key)
+            if kept.holds or not lost_members(kept, gang):
+                continue
+            fit = vacated(kept, self.nodes, self.now, 0)
+            if fit is None:
+                continue
+            self.holding[key] = fit
+            back = {member.node for member in gang.placed} if gang is not None else set()
+            for name, reserved in fit.nodes.items():
+                if name in held and name not in back:
+                    held[name] = held[name].plus(reserved.usage)
+                    holders[name].append(key)
+
     def run(self, gangs: list[Gang]) -> ClusterPlan:
         held = dict(self.usage)
         holders: dict[str, list[str]] = defaultdict(list)
+        self._hold_lost(gangs, held, holders)
         plans: dict[str, Plan] = {}
         self.taken = {m.node: owner(g, m.part) for g in gangs if g.ref.exclusive for m in g.placed if m.node}
         present = []

@@ -64,33 +64,21 @@ def test_its_kept_nodes_are_kept_from_gangs_of_equal_or_lower_priority_but_not_h
         assert found.feasible is placed, (priority, found.reason)
 
 
-def test_a_record_not_yet_vacated_already_sends_its_returning_gang_back_but_keeps_nothing() -> None:
+def test_a_record_not_yet_vacated_already_sends_its_returning_gang_back() -> None:
     """A gang recreated faster than the leader marks its record vacated (an LWS group in about a
-    second) still goes back to where it ran; the record keeps nothing from others until vacated."""
+    second) still goes back to where it ran. While its gang runs whole, a record keeps nothing."""
     nodes = racks({"a": 4, "b": 3})
     running = dataclasses.replace(_returning(nodes, "ns/gang:g", ["a-1", "a-2"]), vacated=None)
     matcher, limits = Matcher(Selectors(), DRIVER), PlanLimits(timeout=300.0, levels=("rack",))
     usage = {name: Usage() for name in nodes}
+    returns = {"ns/gang:g": running}
     back = plan_cluster(
-        nodes,
-        usage,
-        [make_gang("g", 3, 1.0, "rack")],
-        matcher,
-        now=100.0,
-        limits=limits,
-        returns={"ns/gang:g": running},
+        nodes, usage, [make_gang("g", 3, 1.0, "rack")], matcher, now=100.0, limits=limits, returns=returns
     )
     assert {"a-1", "a-2"} <= set(back.plans["ns/gang:g"].slots)
-    other = plan_cluster(
-        nodes,
-        usage,
-        [make_gang("o", 4, 1.0, "rack")],
-        matcher,
-        now=100.0,
-        limits=limits,
-        returns={"ns/gang:g": running},
-    )
-    assert set(other.plans["ns/gang:o"].slots) == {"a-0", "a-1", "a-2", "a-3"}, "nothing kept from another gang"
+    whole = make_gang("g", 2, 1.0, "rack", bound={"g-0": "a-1", "g-1": "a-2"})
+    other = plan_cluster(nodes, usage, [whole], matcher, now=100.0, limits=limits, returns=returns)
+    assert not other.holders, "a gang running whole keeps nothing beyond its own claims"
 
 
 def test_a_kept_node_its_returning_member_took_is_not_given_back_again() -> None:
@@ -117,3 +105,28 @@ def test_a_pod_refused_only_for_a_returning_gangs_nodes_is_retried_not_parked() 
     assert "kept for gang ns/gang:g (priority 0), which ran there until it lost members" in failed["a-0"]
     _, _, alone = Decider(ExtenderConfig()).filter(cluster, pod("lone", template="eight"), sorted(nodes))
     assert alone == "pass", "without the hold the extender leaves the fit to the scheduler"
+
+
+def test_a_gang_that_lost_members_keeps_its_nodes_from_the_first_plan_that_sees_it() -> None:
+    """Its record not marked vacated yet (the leader looks once a second): queued work of the same
+    priority, older than the recreated pods, is planned first and must not take the nodes."""
+    nodes = racks({"a": 5})
+    running = dataclasses.replace(_returning(nodes, "ns/gang:g", ["a-0", "a-1", "a-2"]), vacated=None)
+    running = dataclasses.replace(
+        running, nodes={**running.nodes, "a-0": Reserved(1, Usage(devices=set(nodes["a-0"].devices)))}
+    )
+    queued = make_gang("queued", 4, 0.5, "rack")  # older than the returning gang's new pods
+    returning = make_gang("g", 3, 1.0, "rack")
+    usage = {name: Usage() for name in nodes}
+    plan = plan_cluster(
+        nodes,
+        usage,
+        [queued, returning],
+        Matcher(Selectors(), DRIVER),
+        now=100.0,
+        limits=PlanLimits(timeout=300.0, levels=("rack",)),
+        returns={"ns/gang:g": running},
+    )
+    assert not plan.plans["ns/gang:queued"].feasible, plan.plans["ns/gang:queued"].slots
+    assert set(plan.plans["ns/gang:g"].slots) == {"a-0", "a-1", "a-2"}
+    assert "ns/gang:g" in plan.holders["a-1"], "pods outside gangs are told whom the nodes are held for"
