@@ -679,6 +679,7 @@ class Planning:
         # keep devices, which are given back.
         self.returns = dict(returns or {})
         self.holding = {key: kept for key, kept in self.returns.items() if kept.holds}
+        self.back: dict[str, frozenset[str]] = {}  # per record, the nodes its gang has members on now
         self.now, self.limits, self.clock = now, limits, clock
         self.clocks = clocks or {}
         self.taken: dict[str, str] = {}  # node -> the exclusive gang part whose domain holds it
@@ -717,9 +718,10 @@ class Planning:
         """`place` worked out, and whether it finished within the gang's budget."""
         spent: list[bool] = []
         own = self.returns.get(gang.ref.key)
+        given = self._given_back(gang, working)
         plan, changed = _plan_in_budget(
             gang,
-            self._given_back(gang, working),
+            given,
             self.matcher,
             taken=self.taken,
             limits=self.limits,
@@ -728,25 +730,26 @@ class Planning:
             spent=spent,
             prefer=frozenset(own.nodes) if own is not None else frozenset(),
         )
+        if given is not working:  # what it holds is what it adds, on top of what others keep there
+            changed = {name: working[name].plus(usage.minus(given[name])) for name, usage in changed.items()}
         return plan, changed, not spent
 
     def _given_back(self, gang: Gang, working: dict[str, Usage]) -> dict[str, Usage]:
         """`working` with the devices kept for the gang's own return, and for returns of gangs of
         lower priority, given back to it: a return keeps its devices from equal and lower priority
-        only."""
+        only. Not on a node where the returning gang has members again: their claims hold what was
+        kept there."""
         if not self.holding:
             return working
         priority = gang_priority(gang)
-        # Where its returning members are placed already, their claims hold what was kept there.
-        back = {member.node for member in gang.placed}
         given: dict[str, Usage] | None = None
         for key, kept in self.holding.items():
-            own = key == gang.ref.key
-            if not own and kept.priority >= priority:
+            if key != gang.ref.key and kept.priority >= priority:
                 continue
             given = dict(working) if given is None else given
+            back = self.back.get(key, frozenset())
             for name, reserved in kept.nodes.items():
-                if name in given and not (own and name in back):
+                if name in given and name not in back:
                     given[name] = given[name].minus(reserved.usage)
         return working if given is None else given
 
@@ -755,6 +758,9 @@ class Planning:
         second later when the leader has marked its record vacated (and the state counts it): in
         between, queued work would take them. Its own members' nodes are counted by their claims."""
         by_key = {gang.ref.key: gang for gang in gangs}
+        self.back = {
+            key: frozenset(m.node for m in by_key[key].placed if m.node) for key in self.returns if key in by_key
+        }
         for key, kept in self.returns.items():
             gang = by_key.get(key)
             if kept.holds or not lost_members(kept, gang):
@@ -763,7 +769,7 @@ class Planning:
             if fit is None:
                 continue
             self.holding[key] = fit
-            back = {member.node for member in gang.placed} if gang is not None else set()
+            back = self.back.get(key, frozenset())
             for name, reserved in fit.nodes.items():
                 if name in held and name not in back:
                     held[name] = held[name].plus(reserved.usage)

@@ -12,8 +12,10 @@ from extender.plan.capacity import Matcher
 from extender.plan.config import ExtenderConfig
 from extender.plan.decide import RETRY, Decider
 from extender.plan.planner import ClusterPlan, plan_cluster
+from extender.pods.demand import Demand, Request
+from extender.pods.gang import gang_of
 from extender.pods.model import Gang, Member, PlanLimits
-from testkit.builders import DRIVER, claim_template, pod, racks, view
+from testkit.builders import DRIVER, GPU, claim_template, gang_labels, pod, racks, view
 from tests.extender.plan.test_planner import EIGHT
 from tests.extender.plan.test_planner import gang as make_gang
 
@@ -130,3 +132,20 @@ def test_a_gang_that_lost_members_keeps_its_nodes_from_the_first_plan_that_sees_
     assert not plan.plans["ns/gang:queued"].feasible, plan.plans["ns/gang:queued"].slots
     assert set(plan.plans["ns/gang:g"].slots) == {"a-0", "a-1", "a-2"}
     assert "ns/gang:g" in plan.holders["a-1"], "pods outside gangs are told whom the nodes are held for"
+
+
+def test_a_higher_priority_gang_planned_onto_kept_devices_leaves_the_rest_kept() -> None:
+    """Given the kept devices, a gang of higher priority holds only what it adds: a gang of lower
+    priority after it still finds the rest kept."""
+    nodes = racks({"a": 1})
+    kept = _returning(nodes, "ns/gang:r", ["a-0"], priority=100)
+    four = Demand((Request((GPU,), 4),))
+
+    def one(name: str, priority: int, created: float) -> Gang:
+        ref = gang_of(pod(labels=gang_labels(name, 1, None)), {}, {})
+        assert ref is not None
+        return Gang(ref, [Member(f"ns/{name}-0", None, four, created, spec={"priority": priority})])
+
+    plan = _plan(nodes, [one("high", 1000, 1.0), one("low", 0, 2.0)], [kept])
+    assert plan.plans["ns/gang:high"].feasible
+    assert not plan.plans["ns/gang:low"].feasible, "the other 4 GPUs are still kept for gang r"
