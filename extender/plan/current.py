@@ -21,7 +21,7 @@ from extender.plan.capacity import Matcher
 from extender.plan.config import ExtenderConfig
 from extender.plan.incremental import IncrementalPlan, plan_incrementally
 from extender.plan.planner import ClusterPlan
-from extender.plan.snapshot import Depends, Kind, PlanInputs, PlanSnapshot, affinity_matters, classify
+from extender.plan.snapshot import Depends, Kind, PlanInputs, PlanSnapshot, affinity_matters, classify, holding_of
 from extender.pods.eligibility import PlacedPods
 from extender.pods.facts import PodFacts, facts_of
 from extender.pods.model import Gang, Plan, PlanLimits
@@ -128,6 +128,9 @@ class CurrentPlan:
         # Only usage moved (a GPU freed or taken outside every gang), or nothing did and a hold has
         # ended: the same gangs. Either way only the nodes that moved are compared with the memo.
         gangs = last.gangs if last is not None and kind is not Kind.MEMBERS else None
+        # Kept devices of returning gangs changed: what each gang is given back differs, which the
+        # memo's reuse (by usage objects) cannot see; planned from scratch (rare: after a failure).
+        reusable = last is not None and last.depends.holding == holding_of(view)
         changed = None if change is None else change.nodes
         scratch = last is None
         # A plan from scratch (after the LIST, a restart) builds hundreds of thousands of objects
@@ -149,7 +152,9 @@ class CurrentPlan:
                 now=now,
                 limits=self.limits,
                 clocks=None if last is None else last.plan.clocks,
-                memo=last.plan.memo if last is not None and isinstance(last.plan, IncrementalPlan) else None,
+                memo=last.plan.memo
+                if last is not None and reusable and isinstance(last.plan, IncrementalPlan)
+                else None,
                 changed=changed,
                 returns=view.returns,
             )

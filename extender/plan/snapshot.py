@@ -37,10 +37,18 @@ class Depends:
     nodes: Mapping[str, Node]
     usage: Mapping[str, Usage]
     affinity: bool
+    holding: frozenset[tuple[str, float | None, frozenset[str]]] = frozenset()
 
     @classmethod
     def of(cls, view: ClusterView) -> Depends:
-        return cls(view.members, view.nodes, view.usage, affinity_matters(view))
+        return cls(view.members, view.nodes, view.usage, affinity_matters(view), holding_of(view))
+
+
+def holding_of(view: ClusterView) -> frozenset[tuple[str, float | None, frozenset[str]]]:
+    """The return records that keep devices: a change among them changes what each gang is given
+    back and preferred, which usage objects alone do not show (a claim released and the same
+    devices kept leave a node's usage the very object)."""
+    return frozenset((k.preemptor, k.vacated, frozenset(k.nodes)) for k in view.returns.values() if k.holds)
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,8 @@ def classify(snapshot: PlanSnapshot, view: ClusterView) -> Change:
     changes = view.changes(snapshot.version)
     moved = None if changes is None else frozenset(key[1] for kind, key in changes if kind in ("node", "usage"))
     depends = snapshot.depends
+    if depends.holding != holding_of(view):
+        return Change(Kind.MEMBERS, None)
     if view.members is None or view.members is not depends.members:
         return Change(Kind.MEMBERS, moved)
     if (depends.affinity or affinity_matters(view)) and (

@@ -9,7 +9,8 @@ from extender.cluster.reservation import Reservation, Reserved
 from extender.devices.cel_eval import Selectors
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher
-from extender.plan.config import ExtenderConfig
+from extender.plan.config import RACK_LABEL, ExtenderConfig
+from extender.plan.current import CurrentPlan
 from extender.plan.decide import RETRY, Decider
 from extender.plan.planner import ClusterPlan, plan_cluster
 from extender.pods.demand import Demand, Request
@@ -149,3 +150,19 @@ def test_a_higher_priority_gang_planned_onto_kept_devices_leaves_the_rest_kept()
     plan = _plan(nodes, [one("high", 1000, 1.0), one("low", 0, 2.0)], [kept])
     assert plan.plans["ns/gang:high"].feasible
     assert not plan.plans["ns/gang:low"].feasible, "the other 4 GPUs are still kept for gang r"
+
+
+def test_a_hold_that_starts_with_the_node_usage_unchanged_is_planned_anew() -> None:
+    """A returning gang's member evicted, its claim released and the same devices kept for its
+    return leave the node's usage the very object: a waiting gang of higher priority, refused while
+    the claim held them, is given them back in the next plan, not answered from the last one."""
+    nodes = racks({"a": 1}, label=RACK_LABEL)
+    kept = _returning(nodes, "ns/gang:g", ["a-0"])
+    usage = {"a-0": Usage(devices=set(nodes["a-0"].devices))}
+    urgent = pod("o-0", labels=gang_labels("o", 1, RACK_LABEL), template="eight")
+    urgent["spec"]["priority"] = 1000
+    before = view(nodes, usage=usage, pods=[urgent], templates=[claim_template("eight", 8)])
+    plans = CurrentPlan(ExtenderConfig(), Matcher(Selectors(), DRIVER))
+    assert not plans.plan(before, None, 100.0).plans["ns/gang:o"].feasible
+    after = dataclasses.replace(before, version=2, returns={kept.preemptor: kept}, members=before.members)
+    assert plans.plan(after, None, 101.0).plans["ns/gang:o"].feasible
