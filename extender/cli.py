@@ -162,10 +162,10 @@ def _run(args: argparse.Namespace) -> int:
             api, state, config, plans=plans, matcher=matcher, namespace=args.namespace, leader=leader
         )
         threading.Thread(target=preemption.run, args=(stop,), name="preemption", daemon=True).start()
-    if config.return_hold_seconds:
-        returns_leader = LeaderLease(api, args.namespace, RETURNS_LEADER_LEASE, identity())
-        returns = Returns(api, state, config, plans=plans, namespace=args.namespace, leader=returns_leader)
-        threading.Thread(target=returns.run, args=(stop,), name="returns", daemon=True).start()
+    # Always: with returnHoldSeconds 0 it writes nothing and lets records left from before go.
+    returns_leader = LeaderLease(api, args.namespace, RETURNS_LEADER_LEASE, identity())
+    returns = Returns(api, state, config, plans=plans, namespace=args.namespace, leader=returns_leader)
+    threading.Thread(target=returns.run, args=(stop,), name="returns", daemon=True).start()
     servers = [_server(create_app(state, decider, limits, watchdog), args, args.port, reloading, **tls)]
     if args.probe_port:
         servers.append(_server(create_probe_app(state, decider, watchdog), args, args.probe_port))

@@ -99,6 +99,11 @@ class ClusterState:
         with self.lock:
             return all(kind in self._synced for kind in kinds)
 
+    def settled(self, *kinds: str) -> bool:
+        """Whether every one of `kinds` has been listed or found not served."""
+        with self.lock:
+            return all(kind in self._synced or kind in self._absent for kind in kinds)
+
     def missing(self) -> list[str]:
         """Required kinds not listed yet, for /readyz to name."""
         with self.lock:

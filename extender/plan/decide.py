@@ -40,10 +40,11 @@ RETRY = "retry"
 
 
 def _held_nodes(
-    cluster: ClusterPlan, view: ClusterView, demand: Demand, names: list[str], matcher: Matcher
+    cluster: ClusterPlan, view: ClusterView, demand: Demand, names: list[str], matcher: Matcher, *, priority: int = 0
 ) -> dict[str, str]:
     """Nodes of `names` where `demand` fits only in capacity held for gangs, with why. Only held
-    nodes can fail, and they are few (the pending gangs' slots) against 5,000 names."""
+    nodes can fail, and they are few (the pending gangs' slots) against 5,000 names. A returning
+    gang's nodes are kept from pods of equal or lower `priority` only."""
     asked = set(names)
     failed = {}
     for name, holders in cluster.holders.items():
@@ -52,7 +53,7 @@ def _held_nodes(
             failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
     # Devices kept for preemptors and returning gangs are in the view's usage (a plan may be older
     # than the view).
-    returning = (r for r in view.returns.values() if r.holds)
+    returning = (r for r in view.returns.values() if r.holds and r.priority >= priority)
     for reservation in itertools.chain(view.reservations.values(), returning):
         why = (
             f"which ran there until it lost members; kept until it is whole again, at most until "
@@ -72,8 +73,16 @@ def _held_nodes(
     return failed
 
 
-def _returns_held(view: ClusterView) -> bool:
-    return any(kept.holds for kept in view.returns.values())
+def _kept_for_return(view: ClusterView, cluster: ClusterPlan, names: list[str]) -> bool:
+    """Whether a node offered is kept for a returning gang (its record vacated, or the plan keeping
+    it since it saw the gang short): a refusal may then end with the hold, which no event tells the
+    scheduler of."""
+    holding = [kept for kept in view.returns.values() if kept.holds]
+    short = {name for name, holders in cluster.holders.items() if any(key in view.returns for key in holders)}
+    if not holding and not short:
+        return False
+    asked = set(names)
+    return bool(short & asked) or any(name in asked for kept in holding for name in kept.nodes)
 
 
 @dataclass(frozen=True)
@@ -156,7 +165,7 @@ class Decider:
         if reservation is not None:
             return self._preempting(found.placed, reservation, names)
         if ref is None:
-            return self._held_check(view, demand, names, now)
+            return self._held_check(view, demand, names, now, pod.priority)
         cluster = self.plans.plan(view, pod, now)
         placed = found.placed
         if placed is not None:  # asked again after its claim was allocated: that node alone can take it
@@ -164,9 +173,9 @@ class Decider:
             return [n for n in names if n == placed], {n: reason for n in names if n != placed}, "gang"
         plan = cluster.plans[ref.key]
         if not plan.feasible:
-            # While a returning gang's nodes are kept, a refusal may end with the hold, which no
-            # event tells the scheduler of: it retries after its backoff instead of parking the pod.
-            retry = plan.transient or _returns_held(view)
+            # A refusal where a returning gang's nodes are kept is retried after the scheduler's
+            # backoff instead of parking the pod until some event.
+            retry = plan.transient or _kept_for_return(view, cluster, names)
             return [], dict.fromkeys(names, plan.reason), RETRY if retry else "gang-rejected"
         slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
         if not slots and plan.confine is not None:  # an elastic gang grows in its domain alone
@@ -225,20 +234,21 @@ class Decider:
         )
 
     def _held_check(
-        self, view: ClusterView, demand: Demand, names: list[str], now: float
+        self, view: ClusterView, demand: Demand, names: list[str], now: float, priority: int = 0
     ) -> tuple[list[str], dict[str, str], str]:
         """A pod outside every gang fails only on nodes whose free devices are held for gangs. From
         an older plan (see `held_plan`) it may go onto capacity a gang was just planned onto, or be
         kept off a node whose hold just ended, but never off every node: refused everywhere, it is
         judged again by a plan of this view, so it is not parked as unschedulable by a stale plan."""
         cluster, older = self.plans.held_plan(view, now)
-        failed = _held_nodes(cluster, view, demand, names, self.matcher)
+        failed = _held_nodes(cluster, view, demand, names, self.matcher, priority=priority)
         if older and len(failed) == len(names):
-            failed = _held_nodes(self.plans.plan(view, None, now), view, demand, names, self.matcher)
+            cluster = self.plans.plan(view, None, now)
+            failed = _held_nodes(cluster, view, demand, names, self.matcher, priority=priority)
         if not failed:
             return names, failed, "pass"
         passing = [name for name in names if name not in failed]
-        if not passing and _returns_held(view):  # as for gangs: the hold may end with no event
+        if not passing and _kept_for_return(view, cluster, names):  # as for gangs
             return passing, failed, RETRY
         return passing, failed, "held-check"
 

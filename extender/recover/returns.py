@@ -8,6 +8,7 @@ answers the returning gang the same. Only the leader writes, proving it before e
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from kubernetes import client
 
 from extender.cluster.reservation import Reservation, lease_body
-from extender.cluster.state import ClusterState
+from extender.cluster.state import NATIVE_KINDS, ClusterState
 from extender.cluster.view import ClusterView
 from extender.plan.config import ExtenderConfig
 from extender.plan.current import CurrentPlan
@@ -47,10 +48,15 @@ LEADER_LEASE = "nativedra-extender-returns"
 STEP_EVERY_S = 1.0
 API_TIMEOUT_S = 10.0
 NOT_FOUND, CONFLICT = 404, 409
-WATCHED = ("pods", "resourceclaims", "preemptions")  # listed before the first step: records are judged on them
+# Listed before the first step, records being judged on them: the Leases themselves, and every kind
+# that says whether a gang's owner still exists (a kind the server does not serve counts as listed).
+WATCHED = ("pods", "resourceclaims", "preemptions")
+OWNERS = ("jobsets", "podgroups", *NATIVE_KINDS)
 
 
 class Returns:
+    """The leader's loop over return records (see the module docstring)."""
+
     def __init__(
         self,
         api: client.ApiClient,
@@ -75,7 +81,7 @@ class Returns:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(STEP_EVERY_S):
-            if not self.state.listed(*WATCHED) or not self.leader.holding():
+            if not self.state.listed(*WATCHED) or not self.state.settled(*OWNERS) or not self.leader.holding():
                 continue
             try:
                 self.step()
@@ -85,17 +91,31 @@ class Returns:
                 log.exception("gang returns step failed; trying again")
 
     def step(self) -> None:
+        """Tend every record, then record every gang that runs whole and has none."""
         view = self.state.view()
         now = self.clock()
         gangs = {gang.ref.key: gang for gang in self.plans.gangs(view)}
         for key, kept in list(view.returns.items()):
-            self._tend(view, gangs.get(key), kept, now)
+            self._each(key, functools.partial(self._tend, view, gangs.get(key), kept, now))
+        if not self.hold_seconds:
+            return  # returns off: records left from before are let go, none is written
         for key, gang in gangs.items():
             if key not in view.returns and gang.ref.source in RETURNING_SOURCES and whole(gang):
-                self._record(view, gang, now, None)
+                self._each(key, functools.partial(self._record, view, gang, now, None))
+
+    @staticmethod
+    def _each(key: str, act: Callable[[], None]) -> None:
+        """One gang's record: an API refusal for it does not hold up the others."""
+        try:
+            act()
+        except client.ApiException as error:
+            log.warning("return record of gang %s: %s %s", key, error.status, error.reason)
 
     def _tend(self, view: ClusterView, gang: Gang | None, kept: Reservation, now: float) -> None:
         key = kept.preemptor
+        if not self.hold_seconds:
+            self._delete(kept, "gang returns are off (returnHoldSeconds 0)")
+            return
         members = members_of(view, gang) if gang is not None else ""
         step = next_step(kept, gang, expects_return(view, key), now, members)
         if step is Step.RECORD and gang is not None:

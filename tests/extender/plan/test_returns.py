@@ -108,6 +108,10 @@ def test_a_pod_refused_only_for_a_returning_gangs_nodes_is_retried_not_parked() 
     assert "kept for gang ns/gang:g (priority 0), which ran there until it lost members" in failed["a-0"]
     _, _, alone = Decider(ExtenderConfig()).filter(cluster, pod("lone", template="eight"), sorted(nodes))
     assert alone == "pass", "without the hold the extender leaves the fit to the scheduler"
+    urgent = pod("urgent", template="eight")
+    urgent["spec"]["priority"] = 1000
+    passing, _, path = Decider(ExtenderConfig()).filter(holding, urgent, sorted(nodes))
+    assert (passing, path) == (sorted(nodes), "pass"), "kept from equal and lower priority only"
 
 
 def test_a_gang_that_lost_members_keeps_its_nodes_from_the_first_plan_that_sees_it() -> None:
