@@ -32,7 +32,6 @@ import itertools
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ from nativedra.cluster.addons import JOBSET, start_addon
 from nativedra.cluster.waits import WaitTimeoutError
 from nativedra.objects import apply_file, claim_template, device_classes, gpu_pod, request
 from nativedra.workload_objects import ReplicatedJob, create_jobset, pods_with
+from testkit.extender_harness import fresh_namespace
 
 NODES = 64
 TRAINING = 4
@@ -154,7 +154,8 @@ def _faults(api: client.ApiClient, namespace: str) -> Iterator[dict[str, Any]]:
 def _mode(plane: ControlPlane, api: client.ApiClient, scratch: Path, hold: int) -> Iterator[dict[str, Any]]:
     extender_config = {"returnHoldSeconds": hold, "planTimeoutSeconds": 600}
     with (
-        scheduler(plane, api, scratch, extender_config, f"nd-rec-{uuid.uuid4().hex[:6]}"),
+        fresh_namespace(api, "nativedra-rec") as leases,
+        scheduler(plane, api, scratch, extender_config, leases),
         workload_namespace(api, "recovery") as namespace,
     ):
         claim_template(api, namespace, "eight", [request("gpus", GPU_CLASS, count=8)])

@@ -42,9 +42,10 @@ class Fault(_Model):
     description: str = Field(default="", max_length=256)
 
     def over(self, earlier: Fault | None) -> Fault:
-        """The fault that stands once this one follows `earlier`: the latest, except that a fatal
-        fault is never replaced by a non-fatal one (the GPU stays broken)."""
-        return earlier if earlier is not None and earlier.fatal and not self.fatal else self
+        """The fault that stands once this one follows `earlier`: the first, unless this one is the
+        first fatal one. A GPU's taint changes at most twice (non-fatal, then fatal), not with
+        every XID that follows."""
+        return self if earlier is None or (self.fatal and not earlier.fatal) else earlier
 
 
 # A GPU marked Unhealthy without saying why (a fault file's `unhealthy:` list, an older backend).

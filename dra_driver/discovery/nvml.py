@@ -7,6 +7,7 @@ import ctypes
 import importlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ MIG_ENABLED = 1
 # Event types registered for health (dra_driver.faults says what each fault means for the pods).
 CRITICAL_XID_EVENTS = 0x0000000000000008  # nvmlEventTypeXidCriticalError
 DOUBLE_BIT_ECC_EVENT = 0x0000000000000002
+NON_FATAL_FOR_S = 300.0
 NVML_LIBRARY = "libnvidia-ml.so.1"
 # Library directories under the driver root, in the order distributions and the GPU operator use.
 LIBRARY_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "lib64", "usr/lib", "lib")
@@ -228,10 +230,20 @@ class NvmlBackend:
     def __init__(self, sys_root: Path = Path("/sys"), nvml: Any = None, driver_root: Path = Path("/")) -> None:
         self.nvml = nvml if nvml is not None else load_nvml(driver_root)
         self.sys_root = sys_root
-        self.faults: dict[str, Fault] = {}  # by UUID; a fault lasts until the plugin restarts
+        # By UUID, with when it was seen: a fatal fault lasts until the plugin restarts; a non-fatal
+        # one (an application's own XID, which a killed CUDA process also raises) for
+        # NON_FATAL_FOR_S after the last one, so GPUs do not drift out of use one XID at a time.
+        self.faults: dict[str, tuple[Fault, float]] = {}
 
     def discover(self) -> Inventory:
-        return read_inventory(self.nvml, self.sys_root, self.faults)
+        return read_inventory(self.nvml, self.sys_root, self.standing())
+
+    def standing(self, now: float | None = None) -> dict[str, Fault]:
+        """The faults that stand now."""
+        now = time.monotonic() if now is None else now
+        return {
+            uuid: fault for uuid, (fault, seen) in self.faults.items() if fault.fatal or now - seen < NON_FATAL_FOR_S
+        }
 
     def watch(self, stop: threading.Event, changed: Callable[[], None]) -> None:
         nvml = self.nvml
@@ -251,15 +263,23 @@ class NvmlBackend:
             try:
                 event = nvml.nvmlEventSetWait_v2(events, 1000)
             except nvml.NVMLError_Timeout:
+                if len(self.standing()) < len(self.faults):  # a non-fatal fault has passed
+                    self.faults = {uuid: self.faults[uuid] for uuid in self.standing()}
+                    changed()
                 continue
             except nvml.NVMLError as error:
                 log.warning("NVML event wait failed: %s", error)
                 stop.wait(5)
                 continue
-            fault = event_fault(int(event.eventType), int(event.eventData))
-            if fault is None:
+            try:
+                fault = event_fault(int(event.eventType), int(event.eventData))
+                if fault is None:
+                    continue
+                uuid = str(nvml.nvmlDeviceGetUUID(event.device))
+            except (ValueError, nvml.NVMLError) as error:  # one bad event must not end health monitoring
+                log.warning("NVML event %#x (%s) not understood: %s", event.eventType, event.eventData, error)
                 continue
-            uuid = str(nvml.nvmlDeviceGetUUID(event.device))
             log.error("GPU %s: NVML event %#x (%s): %s", uuid, event.eventType, event.eventData, fault.description)
-            self.faults[uuid] = fault.over(self.faults.get(uuid))
+            earlier = self.standing().get(uuid)
+            self.faults[uuid] = (fault.over(earlier), time.monotonic())
             changed()

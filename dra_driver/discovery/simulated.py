@@ -158,6 +158,8 @@ def _fault_entry(entry: object, where: str) -> tuple[str, Fault]:
     """One `faults:` entry: `{gpu: index|uuid, xid: N}` or `{gpu, event: double-bit-ecc|gpu-lost}`."""
     if not isinstance(entry, dict) or "gpu" not in entry or len(entry) != 2 or not ({"xid", "event"} & set(entry)):
         raise ProfileError(f"{where}: expected {{gpu: index or UUID, xid: N}} or {{gpu, event: ...}}")
+    if isinstance(entry["gpu"], bool) or not isinstance(entry["gpu"], int | str):
+        raise ProfileError(f"{where}: field 'gpu' must be a GPU index or UUID")
     if "xid" in entry:
         xid = entry["xid"]
         if not isinstance(xid, int) or isinstance(xid, bool):
@@ -183,8 +185,9 @@ def load_faults(path: Path) -> dict[str, Fault]:
         raise ProfileError(f"fault file {path}: {error}") from error
     if not isinstance(raw, dict) or set(raw) - FAULT_KEYS:
         raise ProfileError(f"fault file {path}: expected a mapping with keys {sorted(FAULT_KEYS)}")
-    unhealthy, listed = raw.get("unhealthy") or [], raw.get("faults") or []
-    if not isinstance(unhealthy, list):
+    unhealthy, listed = raw.get("unhealthy"), raw.get("faults")
+    unhealthy, listed = [] if unhealthy is None else unhealthy, [] if listed is None else listed
+    if not isinstance(unhealthy, list) or any(isinstance(i, bool) or not isinstance(i, int | str) for i in unhealthy):
         raise ProfileError(f"fault file {path}: field 'unhealthy' must be a list of GPU indexes or UUIDs")
     if not isinstance(listed, list):
         raise ProfileError(f"fault file {path}: field 'faults' must be a list")
@@ -219,6 +222,10 @@ class SimulatedBackend:
         faults = load_faults(self.fault_file) if self.fault_file else {}
         if not faults:
             return inventory
+        known = {str(gpu.index) for gpu in inventory.gpus} | {gpu.uuid for gpu in inventory.gpus}
+        unknown = sorted(set(faults) - known)
+        if unknown:
+            raise ProfileError(f"fault file {self.fault_file}: no GPU {', '.join(unknown)} on this node")
         return inventory.model_copy(update={"gpus": tuple(_with_faults(gpu, faults) for gpu in inventory.gpus)})
 
     def _fingerprint(self) -> tuple[tuple[float, int] | None, ...]:

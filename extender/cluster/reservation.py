@@ -212,7 +212,7 @@ def from_lease(lease: dict[str, Any]) -> Reservation:
         priority = int(annotations[PRIORITY])
         nodes_json = json.loads(annotations[NODES])
         victims = json.loads(annotations[VICTIMS])
-    except (ValueError, TypeError) as error:
+    except (ValueError, TypeError, RecursionError) as error:
         raise ReservationError(
             f"{name}: annotations {PRIORITY}, {NODES} and {VICTIMS} must be JSON: {error}"
         ) from error
@@ -230,7 +230,7 @@ def from_lease(lease: dict[str, Any]) -> Reservation:
         try:
             returned = json.loads(annotations[RETURNING])
             vacated_text, members = returned["vacated"], str(returned.get("members") or "")
-        except (ValueError, TypeError, KeyError) as error:
+        except (ValueError, TypeError, KeyError, RecursionError) as error:
             raise ReservationError(f"{name}: annotation {RETURNING} must be JSON with vacated: {error}") from error
         vacated = None if vacated_text is None else _seconds(vacated_text, f"{name}: annotation {RETURNING}.vacated")
     return Reservation(

@@ -246,8 +246,10 @@ class IncrementalPlanning(Planning):
 
     def settled(self, gang: Gang) -> Plan | None:
         found = self._known.get(id(gang))
-        # Members fixed once planned: the same answer.
-        settled = found[1] if found is not None and found[0] is gang else super().settled(gang)
+        # Members fixed once planned: the same answer, unless it confines an elastic gang to the
+        # nodes of its domain, which a node joining or leaving changes.
+        known = found is not None and found[0] is gang and (found[1] is None or found[1].confine is None)
+        settled = found[1] if known and found is not None else super().settled(gang)
         self.settled_now[id(gang)] = (gang, settled)
         if settled is None and gang.members:
             self.usable[gang.ref.key] = self.incremental.usable(gang, self.nodes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from dra_driver.discovery import DiscoveryError
 from dra_driver.discovery.nvml import (
     CRITICAL_XID_EVENTS,
     DOUBLE_BIT_ECC_EVENT,
+    NON_FATAL_FOR_S,
     NvmlBackend,
     cuda_version,
     event_fault,
@@ -53,11 +55,14 @@ def test_numa_falls_back_to_sysfs_when_nvml_has_none(tmp_path: Path) -> None:
 def test_backend_gives_gpus_their_faults_by_uuid(tmp_path: Path) -> None:
     expected = load_profile(resolve_profile("l4-4x"))
     backend = NvmlBackend(sys_root=tmp_path, nvml=FakeNvml(expected))
-    backend.faults[expected.gpus[2].uuid] = xid_fault(79)
-    backend.faults[expected.gpus[3].uuid] = xid_fault(13)
+    seen = time.monotonic()
+    backend.faults[expected.gpus[2].uuid] = (xid_fault(79), seen)
+    backend.faults[expected.gpus[3].uuid] = (xid_fault(13), seen)
     gpus = backend.discover().gpus
     assert [g.health.value for g in gpus] == ["Healthy", "Healthy", "Unhealthy", "Healthy"]
     assert [g.fault.reason if g.fault else None for g in gpus] == [None, None, "xid-79", "xid-13"]
+    # an application's XID passes; a fatal fault stays
+    assert set(backend.standing(seen + NON_FATAL_FOR_S + 1)) == {expected.gpus[2].uuid}
 
 
 def test_events_become_faults_fatal_or_not() -> None:

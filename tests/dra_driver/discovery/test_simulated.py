@@ -159,6 +159,10 @@ def test_a_fault_file_gives_gpus_their_faults(tmp_path: Path) -> None:
         ({"faults": [{"xid": 79}]}, "faults[0]: expected {gpu"),
         ({"faults": {"gpu": 1}}, "field 'faults' must be a list"),
         ({"broken": [1]}, "expected a mapping with keys"),
+        ({"unhealthy": 0}, "field 'unhealthy' must be a list"),
+        ({"faults": {}}, "field 'faults' must be a list"),
+        ({"faults": [{"gpu": [1, 2], "xid": 79}]}, "faults[0]: field 'gpu' must be a GPU index or UUID"),
+        ({"faults": [{"gpu": 99, "xid": 79}]}, "no GPU 99 on this node"),
     ],
 )
 def test_a_bad_fault_file_names_the_entry_and_field(tmp_path: Path, document: object, named: str) -> None:

@@ -192,6 +192,7 @@ def test_a_non_fatal_xid_only_keeps_new_work_off_the_gpu() -> None:
     worse = faulty.gpus[2].with_fault(xid_fault(48))
     assert worse.fault == xid_fault(48) and worse.health is Health.UNHEALTHY
     assert worse.with_fault(xid_fault(13)) == worse
+    assert worse.with_fault(xid_fault(63)) == worse, "the first fatal fault stays: the taint does not flip"
 
 
 def test_empty_node_still_publishes_one_empty_slice() -> None:
