@@ -51,6 +51,7 @@ def claims_on(records: Mapping[str, ClaimRecord], devices: Mapping[str, Publishe
 
 
 def fault_message(gpu: Gpu, fault: Fault, node_name: str, effect: str) -> str:
+    """What the pods are told: which GPU, what fault, and what its taint does to them."""
     what = "fatal" if fault.fatal else "not fatal"
     then = (
         "the kube-controller-manager evicts the pods using it"

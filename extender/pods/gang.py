@@ -84,7 +84,7 @@ class JobSetShape:
     """What a JobSet object says about its gang: its Jobs, their pod counts, exclusive levels."""
 
     jobs: tuple[tuple[str, int, int, str | None], ...]  # (replicated job, replicas, pods per Job, exclusive)
-    # Suspended (Kueue evicted it) or being deleted: its pods are going and not coming back.
+    # Suspended (Kueue evicted it), being deleted, or ended: its pods are going and not coming back.
     stopping: bool = False
 
     @classmethod
@@ -99,7 +99,9 @@ class JobSetShape:
             own = ((template.get("metadata") or {}).get("annotations") or {}).get(JOBSET_EXCLUSIVE)
             jobs.append((str(replicated.get("name")), int(replicated.get("replicas") or 1), pods, own or level))
         suspended = bool((jobset.get("spec") or {}).get("suspend"))
-        return cls(tuple(jobs), suspended or bool((jobset.get("metadata") or {}).get("deletionTimestamp")))
+        deleted = bool((jobset.get("metadata") or {}).get("deletionTimestamp"))
+        ended = bool((jobset.get("status") or {}).get("terminalState"))  # Completed or Failed for good
+        return cls(tuple(jobs), suspended or deleted or ended)
 
     @property
     def parts(self) -> tuple[Part, ...]:

@@ -67,13 +67,8 @@ def expects_return(view: ClusterView, key: str) -> bool | None:
 
 
 def whole(gang: Gang) -> bool:
-    """Every member there and placed (none left to place), none finished."""
-    return (
-        bool(gang.members)
-        and gang.remaining == 0
-        and len(gang.placed) >= gang.size
-        and not any(member.done for member in gang.members)
-    )
+    """Every member placed or finished, and some still running."""
+    return bool(gang.placed) and gang.remaining == 0
 
 
 def record(
@@ -107,7 +102,11 @@ def lost_members(kept: Reservation, gang: Gang | None) -> bool:
     """Whether a running gang's record has lost members: fewer of them placed or finished than it
     recorded (a member that completed is not lost)."""
     recorded = sum(reserved.slots for reserved in kept.nodes.values())
-    return gang is None or len(gang.placed) + sum(member.done for member in gang.members) < recorded
+    if gang is None:
+        return True
+    # An elastic gang (a minimum) that shrinks but keeps its minimum scaled down; it did not fail.
+    needed = min(recorded, gang.size) if gang.ref.minimum else recorded
+    return len(gang.placed) + sum(member.done for member in gang.members) < needed
 
 
 def finished(gang: Gang | None) -> bool:
@@ -156,6 +155,7 @@ def vacated(kept: Reservation, nodes: Mapping[str, Node], now: float, hold: floa
 
 
 def _fit(node: Node | None, devices: Collection[str]) -> bool:
+    """The node is still there and none of the devices the gang held on it is tainted."""
     return node is not None and not any(node.devices[d].tainted for d in devices if d in node.devices)
 
 
@@ -171,6 +171,7 @@ class Outcome:
 
     @property
     def label(self) -> str:
+        """The metric's outcome label."""
         if self.kept and self.reused == self.kept:
             return "same_nodes"
         return "same_domain" if self.same_domain else "elsewhere"

@@ -112,3 +112,16 @@ def test_each_state_of_a_record_leads_to_its_next_step() -> None:
     assert next_step(seen, gang, True, 11.0, "after") is Step.RETURNED
     body = lease_body(seen, "me")
     assert from_lease({**body, "metadata": {**body["metadata"], "namespace": "n"}}).members == "before"
+
+
+def test_a_gang_with_a_finished_member_is_whole_and_an_elastic_one_shrinking_to_its_minimum_is_not_lost() -> None:
+    nodes = racks({"a": 4})
+    gang = _running(nodes)
+    kept = vacated(record(gang, _placed(nodes, ["a-0", "a-1", "a-2"]), priority=0, now=10.0, hold=60), nodes, 20.0, 60)
+    assert kept is not None
+    one_done = Gang(gang.ref, [dataclasses.replace(gang.members[0], done=True), *gang.members[1:]])
+    assert next_step(kept, one_done, True, 30.0) is Step.RETURNED, "back whole, one member finished meanwhile"
+    elastic = Gang(dataclasses.replace(gang.ref, size=2, minimum=True), gang.members)
+    running = record(elastic, _placed(nodes, ["a-0", "a-1", "a-2"]), priority=0, now=10.0, hold=60)
+    assert not lost_members(running, Gang(elastic.ref, elastic.members[:2])), "scaled down to its minimum"
+    assert lost_members(running, Gang(elastic.ref, elastic.members[:1]))
