@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,10 @@ CONFLICT, NOT_FOUND = 409, 404
 
 def _micro(now: dt.datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeadLostError(Exception):
+    """This replica can no longer prove it leads: whatever it decided is dropped."""
 
 
 class LeaderLease:
@@ -91,6 +96,27 @@ class LeaderLease:
         self._fenced_at = started
         self._held_until = started + self.duration_s
         return True
+
+    def lead(
+        self, stop: threading.Event, step: Callable[[], None], what: str, every_s: float, ready: Callable[[], bool]
+    ) -> None:
+        """Run `step` every `every_s` while this replica leads and `ready` says the state is: a
+        step that finds the lead lost drops what it decided; any other failure is logged and tried
+        again."""
+        while not stop.wait(every_s):
+            if not ready() or not self.holding():
+                continue
+            try:
+                step()
+            except LeadLostError as error:
+                log.warning("no longer leading %s, decision dropped: %s", what, error)
+            except Exception:
+                log.exception("%s step failed; trying again", what)
+
+    def prove(self, before: str) -> None:
+        """`fence`, or LeadLostError naming the write it was to allow."""
+        if not self.fence():
+            raise LeadLostError(f"the leader Lease could not be renewed before {before}")
 
     def _lost(self) -> None:
         self._held_until = 0.0

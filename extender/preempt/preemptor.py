@@ -20,7 +20,6 @@ once its preemptor is placed, gone, or has waited past the hold.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
 import os
 import socket
@@ -54,7 +53,7 @@ from extender.preempt.preemption_plan import (
 )
 from extender.preempt.preemption_plan import decide as decide_preemption
 from extender.preempt.victim_index import VictimIndex
-from nativedra.base.kube.events import pod_event
+from nativedra.base.kube.events import post_pod_event
 from nativedra.base.kube.names import DRIVER_NAME
 
 log = logging.getLogger(__name__)
@@ -68,10 +67,6 @@ API_TIMEOUT_S = 10.0
 COURTESY_S = 0.001  # a decision lets requests run at least this often
 NOT_FOUND, CONFLICT = 404, 409
 DRY_RUN = "All"
-
-
-class LeadLostError(Exception):
-    """This replica can no longer prove it leads: whatever it decided is dropped."""
 
 
 class EvictionRefusedError(Exception):
@@ -121,19 +116,7 @@ class Preemption:
         self._index = VictimIndex(config.driver)  # who holds what, brought up to each view
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(STEP_EVERY_S):
-            if not self.leader.holding():
-                continue
-            try:
-                self.step()
-            except LeadLostError as error:
-                log.warning("no longer leading preemption, decision dropped: %s", error)
-            except Exception:
-                log.exception("preemption step failed; trying again")
-
-    def _fence(self, before: str) -> None:
-        if not self.leader.fence():
-            raise LeadLostError(f"the leader Lease could not be renewed before {before}")
+        self.leader.lead(stop, self.step, "preemption", STEP_EVERY_S, lambda: True)
 
     def step(self) -> None:
         view = self.state.view()
@@ -202,7 +185,7 @@ class Preemption:
             self._dry_run(view, victims)
         except EvictionRefusedError:
             return  # nothing was evicted; the next step decides without that pod
-        self._fence("recording a decision")
+        self.leader.prove("recording a decision")
         try:
             created = self.leases.create_namespaced_lease(
                 self.namespace, lease_body(reservation, self.leader.identity), _request_timeout=API_TIMEOUT_S
@@ -275,7 +258,7 @@ class Preemption:
             pod = self._target(view, victim)
             if pod is None:
                 continue
-            self._fence(f"evicting {victim.pod}")
+            self.leader.prove(f"evicting {victim.pod}")
             try:
                 self._eviction(victim, dry_run=False)
             except client.ApiException as error:
@@ -298,7 +281,7 @@ class Preemption:
 
     def _withdraw(self, reservation: Reservation) -> None:
         """The Lease goes, that very one: a later decision for the same preemptor keeps its own."""
-        self._fence(f"letting the preemption for {reservation.what} go")
+        self.leader.prove(f"letting the preemption for {reservation.what} go")
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=reservation.uid or None))
         try:
             self.leases.delete_namespaced_lease(
@@ -361,11 +344,7 @@ class Preemption:
         return [view.pods[key_of(name)] for name in names if key_of(name) in view.pods]
 
     def _event(self, pod: PodFacts, kind: str, reason: str, message: str) -> None:
-        body = pod_event(pod.obj, kind, reason, message, component=COMPONENT, now=dt.datetime.now(dt.UTC))
-        try:
-            self.core.create_namespaced_event(pod.key[0], body, _request_timeout=API_TIMEOUT_S)
-        except Exception as error:  # noqa: BLE001 - an event lost is not worth a failed preemption
-            log.warning("could not post %s event on pod %s: %s", reason, pod.name, error)
+        post_pod_event(self.core, pod.obj, kind, reason, message, component=COMPONENT, timeout_s=API_TIMEOUT_S)
 
 
 def _courteous(every_s: float = COURTESY_S) -> Callable[[], None]:

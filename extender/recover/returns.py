@@ -7,7 +7,6 @@ answers the returning gang the same. Only the leader writes, proving it before e
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import logging
 import threading
@@ -25,7 +24,7 @@ from extender.plan.planner import gang_priority
 from extender.pods.keys import key_of
 from extender.pods.model import Gang
 from extender.preempt.leader import LeaderLease
-from extender.preempt.preemptor import COMPONENT, LeadLostError
+from extender.preempt.preemptor import COMPONENT
 from extender.recover.metrics import GANG_RECOVERY_SECONDS, GANG_RETURNS, GANGS_VACATED
 from extender.recover.records import (
     RETURNING_SOURCES,
@@ -40,7 +39,7 @@ from extender.recover.records import (
     vacated,
     whole,
 )
-from nativedra.base.kube.events import pod_event
+from nativedra.base.kube.events import post_pod_event
 from nativedra.base.kube.resources import LEADER_WORKER_SETS
 
 log = logging.getLogger(__name__)
@@ -80,15 +79,10 @@ class Returns:
         self.hold_seconds = config.return_hold_seconds
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(STEP_EVERY_S):
-            if not self.state.listed(*WATCHED) or not self.state.settled(*OWNERS) or not self.leader.holding():
-                continue
-            try:
-                self.step()
-            except LeadLostError as error:
-                log.warning("no longer leading gang returns: %s", error)
-            except Exception:
-                log.exception("gang returns step failed; trying again")
+        self.leader.lead(stop, self.step, "gang returns", STEP_EVERY_S, self._listed)
+
+    def _listed(self) -> bool:
+        return self.state.listed(*WATCHED) and self.state.settled(*OWNERS)
 
     def step(self) -> None:
         """Tend every record, then record every gang that runs whole and has none."""
@@ -214,7 +208,7 @@ class Returns:
             self._event(view, member.pod, "GangReturned", message, kind="Normal")
 
     def _write(self, kept: Reservation, earlier: Reservation | None) -> None:
-        self._fence(f"recording gang {kept.preemptor}")
+        self.leader.prove(f"recording gang {kept.preemptor}")
         body = lease_body(kept, self.leader.identity)
         try:
             if earlier is None:
@@ -226,7 +220,7 @@ class Returns:
                 raise
 
     def _delete(self, kept: Reservation, why: str) -> None:
-        self._fence(f"letting the record of gang {kept.preemptor} go")
+        self.leader.prove(f"letting the record of gang {kept.preemptor} go")
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=kept.uid or None))
         try:
             self.leases.delete_namespaced_lease(
@@ -237,16 +231,7 @@ class Returns:
                 raise
         log.info("%s: its return record is let go", why)
 
-    def _fence(self, before: str) -> None:
-        if not self.leader.fence():
-            raise LeadLostError(f"the leader Lease could not be renewed before {before}")
-
     def _event(self, view: ClusterView, pod: str, reason: str, message: str, kind: str = "Warning") -> None:
         facts = view.pods.get(key_of(pod))
-        if facts is None:
-            return
-        body = pod_event(facts.obj, kind, reason, message, component=COMPONENT, now=dt.datetime.now(dt.UTC))
-        try:
-            self.core.create_namespaced_event(facts.key[0], body, _request_timeout=API_TIMEOUT_S)
-        except Exception as error:  # noqa: BLE001 - an event lost is not worth a failed step
-            log.warning("could not post %s event on pod %s: %s", reason, pod, error)
+        if facts is not None:
+            post_pod_event(self.core, facts.obj, kind, reason, message, component=COMPONENT, timeout_s=API_TIMEOUT_S)

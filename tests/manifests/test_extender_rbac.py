@@ -1,7 +1,7 @@
 """The extender's ClusterRole lets it list and watch every kind its ClusterState watches (an
 optional kind without the rule is silently treated as absent, native PodGroups for one), and no more;
 its only cluster-wide writes are evictions and events (preemption's), and in its own namespace it
-writes Leases alone (the preemption leader and the devices kept for preemptors)."""
+writes Leases alone (the leaders, the devices kept for preemptors, gangs' return records)."""
 
 from __future__ import annotations
 
@@ -57,11 +57,14 @@ def test_every_watched_kind_can_be_listed_and_watched_and_nothing_else() -> None
 
 
 def test_the_extender_writes_only_evictions_and_events_cluster_wide_and_leases_in_its_namespace() -> None:
-    writes = [rule for rule in _extender_rules() if set(rule["verbs"]) - {"list", "watch"}]
+    writes = [rule for rule in _extender_rules() if set(rule["verbs"]) - {"get", "list", "watch"}]
     assert writes == [
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
+    # Read beyond its watches: whether a LeaderWorkerSet whose group lost pods still exists.
+    gets = [rule for rule in _extender_rules() if rule["verbs"] == ["get"]]
+    assert gets == [{"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "verbs": ["get"]}]
     role, binding = _extender("Role"), _extender("RoleBinding")
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "nativedra-system"
     assert role["rules"] == [

@@ -1,9 +1,15 @@
-"""core/v1 Event bodies about a pod, where `kubectl describe pod` shows them. Pure."""
+"""core/v1 Event bodies about a pod, where `kubectl describe pod` shows them (pure), and posting
+one (an event lost is logged, never worth failing the work it tells of)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
+
+from kubernetes import client
+
+log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 1024
 
@@ -31,3 +37,21 @@ def pod_event(
         "lastTimestamp": stamp,
         "count": 1,
     }
+
+
+def post_pod_event(
+    core: client.CoreV1Api,
+    pod: dict[str, Any],
+    kind: str,
+    reason: str,
+    message: str,
+    *,
+    component: str,
+    timeout_s: float,
+) -> None:
+    """`pod_event` posted in the pod's namespace; a refusal or a timeout is logged."""
+    body = pod_event(pod, kind, reason, message, component=component, now=dt.datetime.now(dt.UTC))
+    try:
+        core.create_namespaced_event(pod["metadata"]["namespace"], body, _request_timeout=timeout_s)
+    except Exception as error:  # noqa: BLE001 - an event lost is logged, the work goes on
+        log.warning("could not post %s event on pod %s: %s", reason, pod["metadata"]["name"], error)
