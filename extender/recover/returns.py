@@ -11,6 +11,7 @@ import functools
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from kubernetes import client
@@ -139,20 +140,18 @@ class Returns:
 
     def _record(self, view: ClusterView, gang: Gang, now: float, earlier: Reservation | None) -> None:
         """Write where the running gang is, unless a record that keeps nothing says so already (a
-        vacated one is always rewritten: its gang is back)."""
+        vacated one is always rewritten: its gang is back). Compared by pods and nodes first: most
+        steps find most gangs where their record says, and read no claim."""
+        members = members_of(view, gang)
+        if earlier is not None and not earlier.holds and earlier.members == members:
+            slots = Counter(member.node for member in gang.placed if member.node in view.nodes)
+            if {name: reserved.slots for name, reserved in earlier.nodes.items()} == dict(slots):
+                return
         placed = placed_usage(view, gang, self.config.driver)
         if not any(reserved.usage.devices or reserved.usage.counters for reserved in placed.values()):
             if earlier is not None:  # no devices of ours any more: nothing to come back to
                 self._delete(earlier, f"gang {gang.ref.key} holds no devices")
             return
-        if (
-            earlier is not None
-            and not earlier.holds
-            and earlier.members == members_of(view, gang)
-            and {n: r.slots for n, r in earlier.nodes.items()} == {n: r.slots for n, r in placed.items()}
-        ):
-            return
-        members = members_of(view, gang)
         self._write(
             record(gang, placed, priority=gang_priority(gang), now=now, hold=self.hold_seconds, members=members),
             earlier,
