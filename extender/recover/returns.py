@@ -193,7 +193,10 @@ class Returns:
         # first new pod's creation.
         since = now - (kept.vacated or min(member.created for member in gang.members))
         now_on = {member.node for member in gang.placed if member.node}
-        where = outcome(kept, now_on, view.nodes, self.config.topology_levels)
+        # Recreated before the leader looked, the record still names the failed node: judged, as a
+        # vacated record is, on the nodes still fit for the gang.
+        fit = vacated(kept, view.nodes, now, 0) or kept
+        where = outcome(fit, now_on, view.nodes, self.config.topology_levels)
         GANG_RECOVERY_SECONDS.observe(max(0.0, since))
         GANG_RETURNS.labels(where.label).inc()
         domain = f"same {where.level}" if where.same_domain else "another domain"
