@@ -33,7 +33,7 @@ from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
 from dra_driver.publishing.slices import build_slices
 from extender.plan.config import RACK_LABEL
-from extender.preempt.preemptor import COMPONENT as PREEMPTOR_COMPONENT
+from extender.preempt.duty import COMPONENT as PREEMPTOR_COMPONENT
 from nativedra.base.kube.names import FRACTION_CLASS, GPU_CLASS, MIG_CLASS, SHARE_CLASS
 from nativedra.base.kube.resources import JOBSETS
 from nativedra.cluster import ControlPlane, create_fake_node, wait_for

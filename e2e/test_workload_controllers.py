@@ -77,6 +77,20 @@ def _explain(api: client.ApiClient, namespace: str) -> str:
     return "\n".join(lines) or "(no pods)"
 
 
+def _serve(cluster: ExtenderCluster, namespace: str, test: str, *, replicas: int, size: int, exclusive: bool) -> None:
+    """LeaderWorkerSet `serve` of this test's nodes, groups of `size` pods x 8 GPUs, each in one rack if `exclusive`."""
+    create_lws(
+        cluster.api,
+        namespace,
+        "serve",
+        replicas=replicas,
+        size=size,
+        template="eight",
+        node_selector={TEST_LABEL: test},
+        exclusive_topology=RACK_LABEL if exclusive else None,
+    )
+
+
 def _bound(api: client.ApiClient, namespace: str, selector: str) -> list[client.V1Pod]:
     return [p for p in pods_with(api, namespace, selector) if p.spec.node_name]
 
@@ -163,16 +177,7 @@ def test_competing_jobsets_one_whole_then_the_other(setup: tuple[ExtenderCluster
 def test_leaderworkerset_groups_are_placed_whole(setup: tuple[ExtenderCluster, str, str], exclusive: bool) -> None:
     cluster, namespace, test = setup
     rack_of = _racks(cluster, test, {"rack-a": 2, "rack-b": 2})
-    create_lws(
-        cluster.api,
-        namespace,
-        "serve",
-        replicas=2,
-        size=2,
-        template="eight",
-        node_selector={TEST_LABEL: test},
-        exclusive_topology=RACK_LABEL if exclusive else None,
-    )
+    _serve(cluster, namespace, test, replicas=2, size=2, exclusive=exclusive)
     selector = f"{LWS_NAME}=serve"
     _wait_bound(cluster, namespace, selector, 4, "both LWS groups placed", 180)
     racks = _racks_by(cluster, namespace, selector, LWS_GROUP, rack_of)
@@ -221,7 +226,7 @@ def test_a_suspended_jobset_releases_its_capacity_and_takes_it_whole_on_resume(
         lambda: len(bound(cluster.api, namespace, other)) == 4,
         120,
         "another gang takes the freed GPUs",
-        lambda: _explain(cluster.api, namespace),
+        lambda: _explain(cluster.api, namespace) + "\n" + cluster.log.read_text()[-4000:],
     )
     for name in other:
         client.CoreV1Api(cluster.api).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
@@ -305,16 +310,10 @@ def test_an_lws_group_that_loses_a_gpu_comes_back_whole_to_its_rack_and_its_heal
     """The pod on the GPU is evicted and LeaderWorkerSet recreates its whole group."""
     cluster, namespace, test = setup
 
-    def make() -> None:
-        create_lws(
-            cluster.api,
-            namespace,
-            "serve",
-            replicas=1,
-            size=4,
-            template="eight",
-            node_selector={TEST_LABEL: test},
-            exclusive_topology=RACK_LABEL,
-        )
-
-    _fails_and_returns(cluster, namespace, test, make, f"{LWS_NAME}=serve")
+    _fails_and_returns(
+        cluster,
+        namespace,
+        test,
+        lambda: _serve(cluster, namespace, test, replicas=1, size=4, exclusive=True),
+        f"{LWS_NAME}=serve",
+    )

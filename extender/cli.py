@@ -158,9 +158,7 @@ def _run(args: argparse.Namespace) -> int:
     decider = Decider(config, matcher, plans)
     if config.preemption:
         leader = LeaderLease(api, args.namespace, LEADER_LEASE, identity())
-        preemption = Preemption(
-            api, state, config, plans=plans, matcher=matcher, namespace=args.namespace, leader=leader
-        )
+        preemption = Preemption(api, state, config, plans=plans, namespace=args.namespace, leader=leader)
         threading.Thread(target=preemption.run, args=(stop,), name="preemption", daemon=True).start()
     # Always: with returnHoldSeconds 0 it writes nothing and lets records left from before go.
     returns_leader = LeaderLease(api, args.namespace, RETURNS_LEADER_LEASE, identity())

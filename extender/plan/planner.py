@@ -642,11 +642,6 @@ def _plan_in_budget(
         return Plan(gang.ref.key, False, reason=reason), {}
 
 
-def gang_priority(gang: Gang) -> int:
-    """The priority its pods run at (the highest, should they differ)."""
-    return max((int(member.spec.get("priority") or 0) for member in gang.members), default=0)
-
-
 def _by_age(gangs: list[Gang]) -> list[Gang]:
     return sorted(gangs, key=lambda g: (g.created, g.ref.key))
 
@@ -741,7 +736,7 @@ class Planning:
         kept there."""
         if not self.holding:
             return working
-        priority = gang_priority(gang)
+        priority = gang.priority
         given: dict[str, Usage] | None = None
         for key, kept in self.holding.items():
             if key != gang.ref.key and kept.priority >= priority:

@@ -86,6 +86,11 @@ class Gang:
         return [m for m in self.members if m.node and not m.done]
 
     @property
+    def priority(self) -> int:
+        """The priority its pods run at (the highest, should they differ)."""
+        return max((int(member.spec.get("priority") or 0) for member in self.members), default=0)
+
+    @property
     def remaining(self) -> int:
         """Members still to place: finished ones are done, not waiting."""
         return max(0, self.size - len(self.placed) - sum(m.done for m in self.members))

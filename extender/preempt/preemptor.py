@@ -30,17 +30,13 @@ from collections.abc import Callable, Iterable
 from kubernetes import client
 
 from extender.cluster.reservation import Reservation, Victim, lease_body
-from extender.cluster.state import ClusterState
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Usage
-from extender.plan.capacity import Matcher
-from extender.plan.config import ExtenderConfig
-from extender.plan.current import CurrentPlan
 from extender.pods.demand import allocated_node
 from extender.pods.facts import PodFacts
 from extender.pods.keys import key_of
 from extender.pods.model import Gang
-from extender.preempt.leader import LeaderLease
+from extender.preempt.duty import API_TIMEOUT_S, CONFLICT, NOT_FOUND, LeaderDuty
 from extender.preempt.metrics import EVICTIONS, PREEMPTION_DECISIONS, PREEMPTION_SECONDS
 from extender.preempt.preemption_plan import (
     Budget,
@@ -53,19 +49,14 @@ from extender.preempt.preemption_plan import (
 )
 from extender.preempt.preemption_plan import decide as decide_preemption
 from extender.preempt.victim_index import VictimIndex
-from nativedra.base.kube.events import post_pod_event
-from nativedra.base.kube.names import DRIVER_NAME
 
 log = logging.getLogger(__name__)
-COMPONENT = f"{DRIVER_NAME}/extender"
 LEADER_LEASE = "nativedra-extender-preemption"
 STEP_EVERY_S = 1.0
 BLOCKED_FOR_S = 60.0  # a pod whose budget refused its eviction is left out of decisions this long
 REPEAT_AFTER_S = 600.0  # the same "would not help" is told to a pod again after this long
 JUDGE_AGAIN_S = 10.0  # a preemptor eviction would not help is judged again after this long
-API_TIMEOUT_S = 10.0
 COURTESY_S = 0.001  # a decision lets requests run at least this often
-NOT_FOUND, CONFLICT = 404, 409
 DRY_RUN = "All"
 
 
@@ -85,35 +76,16 @@ def kept_usage(reservations: Iterable[Reservation]) -> dict[str, Usage]:
     return kept
 
 
-class Preemption:
-    def __init__(
-        self,
-        api: client.ApiClient,
-        state: ClusterState,
-        config: ExtenderConfig,
-        *,
-        plans: CurrentPlan,
-        matcher: Matcher,
-        namespace: str,
-        leader: LeaderLease,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.core = client.CoreV1Api(api)
-        self.leases = client.CoordinationV1Api(api)
-        self.state = state
-        self.config = config
-        self.plans = plans
-        self.matcher = matcher
-        self.namespace = namespace
-        self.leader = leader
-        self.clock = clock
-        self.hold_seconds = config.preemption_hold_seconds
+class Preemption(LeaderDuty):
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.hold_seconds = self.config.preemption_hold_seconds
         self._blocked: dict[str, float] = {}  # pod -> until (clock) it is left out
         self._told: dict[tuple[str, str], float] = {}  # (preemptor, message) -> when told
         # Preemptors eviction would not help, not judged again before then (a full cluster's
         # waiting gangs would otherwise be judged every step).
         self._unhelped: dict[str, float] = {}
-        self._index = VictimIndex(config.driver)  # who holds what, brought up to each view
+        self._index = VictimIndex(self.config.driver)  # who holds what, brought up to each view
 
     def run(self, stop: threading.Event) -> None:
         self.leader.lead(stop, self.step, "preemption", STEP_EVERY_S, lambda: True)
@@ -134,7 +106,7 @@ class Preemption:
         kept = kept_usage(view.reservations.values())
         occupancy = Occupancy.of(view, self.config.driver, kept, admission, requested, index=self._index)
         for preemptor, pods in waiting:
-            decision = decide_preemption(occupancy, preemptor, budgets, self.matcher, blocked, pause=_courteous())
+            decision = decide_preemption(occupancy, preemptor, budgets, self.plans.matcher, blocked, pause=_courteous())
             if isinstance(decision, NoHelp):
                 self._not_helpful(decision, pods, now)
                 continue
@@ -203,7 +175,7 @@ class Preemption:
         message = f"preempting {len(names)} pod(s) of lower priority on {nodes} for {what}: {shown}"
         log.info("%s", message)
         for pod in pods:
-            self._event(pod, "Normal", "Preempting", message)
+            self.tell(pod, "Normal", "Preempting", message)
         self._evict(view, reservation, victims)
 
     @staticmethod
@@ -268,28 +240,16 @@ class Preemption:
                 # Refused after its dry run passed (a budget spent meanwhile, a policy, two budgets):
                 # what is left of the decision is dropped, not tried again every step.
                 self._refused(victim, error, "the eviction")
-                self._withdraw(reservation)
+                self.let_go(reservation, f"letting the preemption for {reservation.what} go")
                 return
             EVICTIONS.labels("evicted").inc()
             nodes = ", ".join(sorted(set(reservation.nodes)))
-            self._event(
+            self.tell(
                 pod,
                 "Normal",
                 "Preempted",
                 f"Preempted by {reservation.what} (priority {reservation.priority}) to free devices on {nodes}",
             )
-
-    def _withdraw(self, reservation: Reservation) -> None:
-        """The Lease goes, that very one: a later decision for the same preemptor keeps its own."""
-        self.leader.prove(f"letting the preemption for {reservation.what} go")
-        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=reservation.uid or None))
-        try:
-            self.leases.delete_namespaced_lease(
-                reservation.lease, self.namespace, body=options, _request_timeout=API_TIMEOUT_S
-            )
-        except client.ApiException as error:
-            if error.status not in (NOT_FOUND, CONFLICT):
-                raise
 
     def _not_helpful(self, decision: NoHelp, pods: list[PodFacts], now: float) -> None:
         self._unhelped[decision.preemptor.key] = now + JUDGE_AGAIN_S
@@ -305,7 +265,7 @@ class Preemption:
             self._told = {told: now}
         PREEMPTION_DECISIONS.labels("not_helpful").inc()
         for pod in pods:
-            self._event(pod, "Normal", "PreemptionNotHelpful", decision.reason)
+            self.tell(pod, "Normal", "PreemptionNotHelpful", decision.reason)
 
     # -- a decision under way ----------------------------------------------------------------------
 
@@ -322,7 +282,7 @@ class Preemption:
             if pods:
                 PREEMPTION_SECONDS.observe(max(0.0, now - reservation.created))
                 log.info("%s placed %.1f s after preempting", reservation.what, now - reservation.created)
-            self._withdraw(reservation)
+            self.let_go(reservation, f"letting the preemption for {reservation.what} go")
             return True
         if now >= reservation.expires:
             message = (
@@ -331,8 +291,8 @@ class Preemption:
             )
             log.info("%s", message)
             for pod in pods:
-                self._event(pod, "Warning", "PreemptionExpired", message)
-            self._withdraw(reservation)
+                self.tell(pod, "Warning", "PreemptionExpired", message)
+            self.let_go(reservation, f"letting the preemption for {reservation.what} go")
             return True
         self._evict(view, reservation, list(reservation.victims))
         return False
@@ -342,9 +302,6 @@ class Preemption:
         gang = gangs.get(reservation.preemptor)
         names = [m.pod for m in gang.members] if gang is not None else [reservation.preemptor]
         return [view.pods[key_of(name)] for name in names if key_of(name) in view.pods]
-
-    def _event(self, pod: PodFacts, kind: str, reason: str, message: str) -> None:
-        post_pod_event(self.core, pod.obj, kind, reason, message, component=COMPONENT, timeout_s=API_TIMEOUT_S)
 
 
 def _courteous(every_s: float = COURTESY_S) -> Callable[[], None]:

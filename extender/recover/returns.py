@@ -10,22 +10,17 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 
 from kubernetes import client
 
 from extender.cluster.reservation import Reservation, lease_body
-from extender.cluster.state import NATIVE_KINDS, ClusterState
+from extender.cluster.state import NATIVE_KINDS
 from extender.cluster.view import ClusterView
-from extender.plan.config import ExtenderConfig
-from extender.plan.current import CurrentPlan
-from extender.plan.planner import gang_priority
 from extender.pods.keys import key_of
 from extender.pods.model import Gang
-from extender.preempt.leader import LeaderLease
-from extender.preempt.preemptor import COMPONENT
+from extender.preempt.duty import API_TIMEOUT_S, CONFLICT, NOT_FOUND, LeaderDuty
 from extender.recover.metrics import GANG_RECOVERY_SECONDS, GANG_RETURNS, GANGS_VACATED
 from extender.recover.records import (
     RETURNING_SOURCES,
@@ -40,44 +35,23 @@ from extender.recover.records import (
     vacated,
     whole,
 )
-from nativedra.base.kube.events import post_pod_event
 from nativedra.base.kube.resources import LEADER_WORKER_SETS
 
 log = logging.getLogger(__name__)
 LEADER_LEASE = "nativedra-extender-returns"
 STEP_EVERY_S = 1.0
-API_TIMEOUT_S = 10.0
-NOT_FOUND, CONFLICT = 404, 409
 # Listed before the first step, records being judged on them: the Leases themselves, and every kind
 # that says whether a gang's owner still exists (a kind the server does not serve counts as listed).
 WATCHED = ("pods", "resourceclaims", "preemptions")
 OWNERS = ("jobsets", "podgroups", *NATIVE_KINDS)
 
 
-class Returns:
+class Returns(LeaderDuty):
     """The leader's loop over return records (see the module docstring)."""
 
-    def __init__(
-        self,
-        api: client.ApiClient,
-        state: ClusterState,
-        config: ExtenderConfig,
-        *,
-        plans: CurrentPlan,
-        namespace: str,
-        leader: LeaderLease,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.api = api
-        self.core = client.CoreV1Api(api)
-        self.leases = client.CoordinationV1Api(api)
-        self.state = state
-        self.config = config
-        self.plans = plans
-        self.namespace = namespace
-        self.leader = leader
-        self.clock = clock
-        self.hold_seconds = config.return_hold_seconds
+    @property
+    def hold_seconds(self) -> int:
+        return self.config.return_hold_seconds
 
     def run(self, stop: threading.Event) -> None:
         self.leader.lead(stop, self.step, "gang returns", STEP_EVERY_S, self._listed)
@@ -153,7 +127,7 @@ class Returns:
                 self._delete(earlier, f"gang {gang.ref.key} holds no devices")
             return
         self._write(
-            record(gang, placed, priority=gang_priority(gang), now=now, hold=self.hold_seconds, members=members),
+            record(gang, placed, priority=gang.priority, now=now, hold=self.hold_seconds, members=members),
             earlier,
         )
 
@@ -222,18 +196,10 @@ class Returns:
                 raise
 
     def _delete(self, kept: Reservation, why: str) -> None:
-        self.leader.prove(f"letting the record of gang {kept.preemptor} go")
-        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=kept.uid or None))
-        try:
-            self.leases.delete_namespaced_lease(
-                kept.lease, self.namespace, body=options, _request_timeout=API_TIMEOUT_S
-            )
-        except client.ApiException as error:
-            if error.status not in (NOT_FOUND, CONFLICT):
-                raise
+        self.let_go(kept, f"letting the record of gang {kept.preemptor} go")
         log.info("%s: its return record is let go", why)
 
     def _event(self, view: ClusterView, pod: str, reason: str, message: str, kind: str = "Warning") -> None:
         facts = view.pods.get(key_of(pod))
         if facts is not None:
-            post_pod_event(self.core, facts.obj, kind, reason, message, component=COMPONENT, timeout_s=API_TIMEOUT_S)
+            self.tell(facts, kind, reason, message)

@@ -168,7 +168,6 @@ def test_the_extender_never_preempts_for_pods_kueue_manages() -> None:
         None,  # type: ignore[arg-type]
         decider.config,
         plans=decider.plans,
-        matcher=decider.matcher,
         namespace="ns",
         leader=None,  # type: ignore[arg-type]
     )
