@@ -130,7 +130,7 @@ class CurrentPlan:
         gangs = last.gangs if last is not None and kind is not Kind.MEMBERS else None
         # Kept devices of returning gangs changed: what each gang is given back differs, which the
         # memo's reuse (by usage objects) cannot see; planned from scratch (rare: after a failure).
-        reusable = last is not None and last.depends.holding == holding_of(view)
+        reusable = last is not None and last.depends.holding == holding_of(view, last.depends.kept_for_lost)
         changed = None if change is None else change.nodes
         scratch = last is None
         # A plan from scratch (after the LIST, a restart) builds hundreds of thousands of objects
@@ -159,7 +159,9 @@ class CurrentPlan:
                 returns=view.returns,
             )
         if last is None or view.version >= last.version:
-            self.snapshot = PlanSnapshot(view.version, inputs, result, gangs, Depends.of(view), time.monotonic())
+            self.snapshot = PlanSnapshot(
+                view.version, inputs, result, gangs, Depends.of(view, result.kept_for_lost), time.monotonic()
+            )
             self._log_changes(result)
         return result
 

@@ -287,7 +287,14 @@ class IncrementalPlanning(Planning):
             self.nodes, self.usage, self.limits, seen, self.incremental.records, self.settled_now, self.domains
         )
         return IncrementalPlan(
-            result.plans, result.held, result.holders, result.clocks, result.valid_until, result.base, memo
+            result.plans,
+            result.held,
+            result.holders,
+            result.clocks,
+            result.valid_until,
+            result.base,
+            result.kept_for_lost,
+            memo=memo,
         )
 
 

@@ -43,6 +43,9 @@ class ClusterPlan:
     clocks: dict[str, HoldClock] = field(default_factory=dict)  # per gang, for the next plan
     valid_until: float = math.inf  # the first moment a hold in it expires
     base: Mapping[str, Usage] | None = field(default=None, compare=False, repr=False)  # the usage it was made on
+    # Gangs whose records keep nothing yet whose nodes it kept, having seen them lose members: the
+    # record going (the leader let it go) must be planned anew, although no usage moved.
+    kept_for_lost: frozenset[str] = frozenset()
 
     def made_on(self, usage: dict[str, Usage]) -> bool:
         """Whether this plan was made on `usage` (the very mapping): then `held` differs from it only
@@ -748,14 +751,16 @@ class Planning:
                     given[name] = given[name].minus(reserved.usage)
         return working if given is None else given
 
-    def _hold_lost(self, gangs: list[Gang], held: dict[str, Usage], holders: dict[str, list[str]]) -> None:
+    def _hold_lost(self, gangs: list[Gang], held: dict[str, Usage], holders: dict[str, list[str]]) -> frozenset[str]:
         """A gang that lost members keeps its fit nodes from the plan that first sees it, not a
         second later when the leader has marked its record vacated (and the state counts it): in
-        between, queued work would take them. Its own members' nodes are counted by their claims."""
+        between, queued work would take them. Its own members' nodes are counted by their claims.
+        Returns the gangs it kept nodes for."""
         by_key = {gang.ref.key: gang for gang in gangs}
         self.back = {
             key: frozenset(m.node for m in by_key[key].placed if m.node) for key in self.returns if key in by_key
         }
+        kept_for: set[str] = set()
         for key, kept in self.returns.items():
             gang = by_key.get(key)
             if kept.holds or not lost_members(kept, gang):
@@ -764,16 +769,18 @@ class Planning:
             if fit is None:
                 continue
             self.holding[key] = fit
+            kept_for.add(key)
             back = self.back.get(key, frozenset())
             for name, reserved in fit.nodes.items():
                 if name in held and name not in back:
                     held[name] = held[name].plus(reserved.usage)
                     holders[name].append(key)
+        return frozenset(kept_for)
 
     def run(self, gangs: list[Gang]) -> ClusterPlan:
         held = dict(self.usage)
         holders: dict[str, list[str]] = defaultdict(list)
-        self._hold_lost(gangs, held, holders)
+        kept_for_lost = self._hold_lost(gangs, held, holders)
         plans: dict[str, Plan] = {}
         self.taken = {m.node: owner(g, m.part) for g in gangs if g.ref.exclusive for m in g.placed if m.node}
         present = []
@@ -804,7 +811,7 @@ class Planning:
             after_active.update(changed)
             self.domains.applied(after_active, changed)
         valid_until = min((c.since + self.limits.timeout for c in after.values() if not c.expired), default=math.inf)
-        return ClusterPlan(plans, held, dict(holders), after, valid_until, self.usage)
+        return ClusterPlan(plans, held, dict(holders), after, valid_until, self.usage, kept_for_lost)
 
 
 def plan_cluster(

@@ -6,7 +6,7 @@ thread see one consistent plan without a lock.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from extender.cluster.view import ClusterView
@@ -38,17 +38,26 @@ class Depends:
     usage: Mapping[str, Usage]
     affinity: bool
     holding: frozenset[tuple[str, float | None, frozenset[str]]] = frozenset()
+    kept_for_lost: frozenset[str] = frozenset()  # the plan's (ClusterPlan.kept_for_lost)
 
     @classmethod
-    def of(cls, view: ClusterView) -> Depends:
-        return cls(view.members, view.nodes, view.usage, affinity_matters(view), holding_of(view))
+    def of(cls, view: ClusterView, kept_for_lost: frozenset[str] = frozenset()) -> Depends:
+        holding = holding_of(view, kept_for_lost)
+        return cls(view.members, view.nodes, view.usage, affinity_matters(view), holding, kept_for_lost)
 
 
-def holding_of(view: ClusterView) -> frozenset[tuple[str, float | None, frozenset[str]]]:
-    """The return records that keep devices: a change among them changes what each gang is given
+def holding_of(
+    view: ClusterView, kept_for_lost: Collection[str] = ()
+) -> frozenset[tuple[str, float | None, frozenset[str]]]:
+    """The return records that keep devices, and those of `kept_for_lost` (whose nodes a plan kept
+    before the leader marked them vacated): a change among them changes what each gang is given
     back and preferred, which usage objects alone do not show (a claim released and the same
-    devices kept leave a node's usage the very object)."""
-    return frozenset((k.preemptor, k.vacated, frozenset(k.nodes)) for k in view.returns.values() if k.holds)
+    devices kept leave a node's usage the very object; a record let go changes no usage)."""
+    return frozenset(
+        (k.preemptor, k.vacated, frozenset(k.nodes))
+        for k in view.returns.values()
+        if k.holds or k.preemptor in kept_for_lost
+    )
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,7 @@ def classify(snapshot: PlanSnapshot, view: ClusterView) -> Change:
     changes = view.changes(snapshot.version)
     moved = None if changes is None else frozenset(key[1] for kind, key in changes if kind in ("node", "usage"))
     depends = snapshot.depends
-    if depends.holding != holding_of(view):
+    if depends.holding != holding_of(view, depends.kept_for_lost):
         return Change(Kind.MEMBERS, None)
     if view.members is None or view.members is not depends.members:
         return Change(Kind.MEMBERS, moved)

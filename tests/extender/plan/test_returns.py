@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from extender.cluster.membership import entries_of, sources_of
 from extender.cluster.reservation import Reservation, Reserved
 from extender.devices.cel_eval import Selectors
 from extender.devices.node_usage import Node, Usage
@@ -169,4 +170,20 @@ def test_a_hold_that_starts_with_the_node_usage_unchanged_is_planned_anew() -> N
     plans = CurrentPlan(ExtenderConfig(), Matcher(Selectors(), DRIVER))
     assert not plans.plan(before, None, 100.0).plans["ns/gang:o"].feasible
     after = dataclasses.replace(before, version=2, returns={kept.preemptor: kept}, members=before.members)
+    assert plans.plan(after, None, 101.0).plans["ns/gang:o"].feasible
+
+
+def test_nodes_kept_for_a_gang_that_lost_members_are_free_once_its_record_goes() -> None:
+    """A JobSet suspended (or deleted) loses its pods; until the leader lets its record go, the plan
+    keeps the gang's nodes. The record going is the only change: the next plan gives them to the
+    gang waiting, not the last plan's answer (the waiting pods were parked until an unrelated event)."""
+    nodes = racks({"a": 1}, label=RACK_LABEL)
+    running = dataclasses.replace(_returning(nodes, "ns/jobset:train", ["a-0"]), vacated=None)
+    waiting = pod("o-0", labels=gang_labels("o", 1, RACK_LABEL), template="eight")
+    before = view(nodes, pods=[waiting], templates=[claim_template("eight", 8)])
+    members = entries_of(before, sources_of(before, DRIVER))  # as the watches keep them: the same mapping
+    before = dataclasses.replace(before, returns={running.preemptor: running}, members=members)
+    plans = CurrentPlan(ExtenderConfig(), Matcher(Selectors(), DRIVER))
+    assert not plans.plan(before, None, 100.0).plans["ns/gang:o"].feasible, "kept for the gang that lost members"
+    after = dataclasses.replace(before, version=2, returns={})
     assert plans.plan(after, None, 101.0).plans["ns/gang:o"].feasible
