@@ -81,6 +81,11 @@ class Reservation:
         return tuple(victim.pod for victim in self.victims)
 
     @property
+    def spares(self) -> dict[str, Reserved]:
+        """A return record's spare nodes: kept with no member slot (extender.recover.records)."""
+        return {name: reserved for name, reserved in self.nodes.items() if not reserved.slots}
+
+    @property
     def holds(self) -> bool:
         """Whether its devices are kept from others: a preemption's always, a return record's only
         once its gang has lost members."""
@@ -162,8 +167,8 @@ def _amounts(value: Any, where: str) -> dict[str, dict[str, Decimal]]:
 
 
 def _reserved(value: Any, where: str) -> Reserved:
-    if not isinstance(value, dict) or not isinstance(value.get("slots"), int) or value["slots"] < 1:
-        raise ReservationError(f"{where}.slots: expected a positive integer")
+    if not isinstance(value, dict) or not isinstance(value.get("slots"), int) or value["slots"] < 0:
+        raise ReservationError(f"{where}.slots: expected a whole number (0: a spare node)")
     devices = _names(value.get("devices", []), f"{where}.devices")
     groups = value.get("groups", {})
     if not isinstance(groups, dict):

@@ -70,15 +70,35 @@ def _held_nodes(
                     f"the free devices on {name} are kept for {reservation.what} (priority {reservation.priority}), "
                     + why
                 )
+    for kept in view.returns.values():  # running gangs' spares: kept from their own priority alone
+        if kept.holds or kept.priority != priority:
+            continue
+        for name, spare in kept.spares.items():
+            node = view.nodes.get(name)
+            usage = view.usage.get(name)
+            if (
+                name in asked
+                and name not in failed
+                and node is not None
+                and usage is not None
+                and place(node, usage.plus(spare.usage), demand, matcher) is None
+            ):
+                failed[name] = (
+                    f"{name} is a spare of {kept.what} (priority {kept.priority}): kept from pods of its "
+                    "priority, lent to lower ones until the gang needs it"
+                )
     return failed
 
 
-def _kept_for_return(view: ClusterView, cluster: ClusterPlan, names: list[str]) -> bool:
+def _kept_for_return(view: ClusterView, cluster: ClusterPlan, names: list[str], own: str | None = None) -> bool:
     """Whether a node offered is kept for a returning gang (its record vacated, or the plan keeping
     it since it saw the gang short): a refusal may then end with the hold, which no event tells the
-    scheduler of."""
-    holding = [kept for kept in view.returns.values() if kept.holds]
-    short = {name for name, holders in cluster.holders.items() if any(key in view.returns for key in holders)}
+    scheduler of. Not for gang `own` itself: the hold is its own, and what it lacks is room (a
+    spare's borrower), which its refusal as unschedulable lets preemption free."""
+    holding = [kept for kept in view.returns.values() if kept.holds and kept.preemptor != own]
+    short = {
+        name for name, holders in cluster.holders.items() if any(key in view.returns and key != own for key in holders)
+    }
     if not holding and not short:
         return False
     asked = set(names)
@@ -175,7 +195,7 @@ class Decider:
         if not plan.feasible:
             # A refusal where a returning gang's nodes are kept is retried after the scheduler's
             # backoff instead of parking the pod until some event.
-            retry = plan.transient or _kept_for_return(view, cluster, names)
+            retry = plan.transient or _kept_for_return(view, cluster, names, ref.key)
             return [], dict.fromkeys(names, plan.reason), RETRY if retry else "gang-rejected"
         slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
         if not slots and plan.confine is not None:  # an elastic gang grows in its domain alone

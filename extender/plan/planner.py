@@ -677,6 +677,9 @@ class Planning:
         # keep devices, which are given back.
         self.returns = dict(returns or {})
         self.holding = {key: kept for key, kept in self.returns.items() if kept.holds}
+        # Running gangs' spares: kept from gangs of their priority alone (lent to lower priority,
+        # which the gang may preempt; open to higher, which could take the gang's own nodes).
+        self.lent = {key: kept for key, kept in self.returns.items() if not kept.holds and kept.spares}
         self.back: dict[str, frozenset[str]] = {}  # per record, the nodes its gang has members on now
         self.now, self.limits, self.clock = now, limits, clock
         self.clocks = clocks or {}
@@ -736,8 +739,8 @@ class Planning:
         """`working` with the devices kept for the gang's own return, and for returns of gangs of
         lower priority, given back to it: a return keeps its devices from equal and lower priority
         only. Not on a node where the returning gang has members again: their claims hold what was
-        kept there."""
-        if not self.holding:
+        kept there. Spares of running gangs of its priority are taken from it."""
+        if not self.holding and not self.lent:
             return working
         priority = gang.priority
         given: dict[str, Usage] | None = None
@@ -749,6 +752,13 @@ class Planning:
             for name, reserved in kept.nodes.items():
                 if name in given and name not in back:
                     given[name] = given[name].minus(reserved.usage)
+        for key, kept in self.lent.items():
+            if key == gang.ref.key or key in self.holding or kept.priority != priority:
+                continue
+            given = dict(working) if given is None else given
+            for name, reserved in kept.spares.items():
+                if name in given:
+                    given[name] = given[name].plus(reserved.usage)
         return working if given is None else given
 
     def _hold_lost(self, gangs: list[Gang], held: dict[str, Usage], holders: dict[str, list[str]]) -> frozenset[str]:
@@ -765,7 +775,7 @@ class Planning:
             gang = by_key.get(key)
             if kept.holds or not lost_members(kept, gang):
                 continue
-            fit = vacated(kept, self.nodes, self.now, 0)
+            fit = vacated(kept, self.nodes, self.now, 0, self.usage)
             if fit is None:
                 continue
             self.holding[key] = fit

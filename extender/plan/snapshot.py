@@ -49,14 +49,14 @@ class Depends:
 def holding_of(
     view: ClusterView, kept_for_lost: Collection[str] = ()
 ) -> frozenset[tuple[str, float | None, frozenset[str]]]:
-    """The return records that keep devices, and those of `kept_for_lost` (whose nodes a plan kept
-    before the leader marked them vacated): a change among them changes what each gang is given
+    """The return records that keep devices, those with spares, and those of `kept_for_lost` (whose
+    nodes a plan kept before the leader marked them vacated): a change among them changes what each gang is given
     back and preferred, which usage objects alone do not show (a claim released and the same
     devices kept leave a node's usage the very object; a record let go changes no usage)."""
     return frozenset(
         (k.preemptor, k.vacated, frozenset(k.nodes))
         for k in view.returns.values()
-        if k.holds or k.preemptor in kept_for_lost
+        if k.holds or k.preemptor in kept_for_lost or k.spares
     )
 
 

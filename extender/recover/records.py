@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from extender.cluster.reservation import Reservation, Reserved, return_lease_name
 from extender.cluster.view import ClusterView
-from extender.devices.node_usage import Node, allocated_results, usage_of
+from extender.devices.node_usage import Node, Usage, allocated_results, usage_of
 from extender.pods.keys import key_of
 from extender.pods.model import Gang
 
@@ -42,6 +42,57 @@ def placed_usage(view: ClusterView, gang: Gang, driver: str) -> dict[str, Reserv
 
 
 RETURNING_SOURCES = ("jobset", "lws", "native", "podgroup")  # gangs an object owns and recreates
+SPARES = "nativedra.dev/spares"  # pod annotation (set on the template): spare nodes kept in the gang's domain
+
+
+def spares_asked(view: ClusterView, gang: Gang) -> tuple[int, str | None]:
+    """How many spare nodes the gang's pods ask for, and an error naming the pod and the annotation
+    when the value is not a whole number from 0 to the nodes the gang runs on (then none)."""
+    for member in gang.members:
+        pod = view.pods.get(key_of(member.pod))
+        text = ((pod.obj.get("metadata") or {}).get("annotations") or {}).get(SPARES) if pod is not None else None
+        if text is None:
+            continue
+        bound = len({m.node for m in gang.placed}) or gang.size
+        if not text.isdigit() or int(text) > bound:
+            return 0, f"{SPARES} of pod {member.pod}: expected a whole number from 0 to {bound}, got {text!r}"
+        return int(text), None
+    return 0, None
+
+
+def choose_spares(
+    view: ClusterView,
+    gang: Gang,
+    placed: Mapping[str, Reserved],
+    *,
+    asked: int,
+    levels: tuple[str, ...],
+    taken: Collection[str],
+) -> dict[str, Reserved]:
+    """Up to `asked` nodes in the gang's domain (the narrowest of `levels` its nodes share; the
+    cluster when they share none) to keep as spares: none of the gang's, none in `taken` (kept for
+    another gang), none with a tainted device, as many devices as the gang's busiest node, and no
+    pod of the gang's priority or higher on it (a spare is lent only to pods its gang may preempt).
+    The emptiest first. Each keeps every device of the node, with no member slot."""
+    level = _shared_level(list(placed), view.nodes, levels)
+    domain = _value(list(placed), view.nodes, level) if level is not None else None
+    needed = max((len(reserved.usage.devices) for reserved in placed.values()), default=0)
+    priority = gang.priority
+    outranked = {
+        pod.node for pod in view.pods.values() if pod.node and pod.priority >= priority and not pod.terminating
+    }
+    candidates = [
+        node
+        for name, node in view.nodes.items()
+        if name not in placed
+        and name not in taken
+        and name not in outranked
+        and (level is None or node.labels.get(level) == domain)
+        and len(node.devices) >= needed
+        and not any(device.tainted for device in node.devices.values())
+    ]
+    candidates.sort(key=lambda node: (len(view.usage[node.name].devices) if node.name in view.usage else 0, node.name))
+    return {node.name: Reserved(0, Usage(devices=set(node.devices))) for node in candidates[:asked]}
 
 
 def owner(key: str) -> tuple[str, str, str]:
@@ -72,17 +123,24 @@ def whole(gang: Gang) -> bool:
 
 
 def record(
-    gang: Gang, placed: Mapping[str, Reserved], *, priority: int, now: float, hold: float, members: str = ""
+    gang: Gang,
+    placed: Mapping[str, Reserved],
+    *,
+    priority: int,
+    now: float,
+    hold: float,
+    members: str = "",
+    spares: Mapping[str, Reserved] | None = None,
 ) -> Reservation:
     """The record of a gang running whole (`members`: `members_of` its pods): it keeps nothing
-    until the gang loses members."""
+    until the gang loses members, but its `spares` (`choose_spares`) from pods of its own priority."""
     key = gang.ref.key
     return Reservation(
         return_lease_name(key),
         key,
         f"gang {key}",
         priority,
-        dict(placed),
+        {**placed, **(spares or {})},
         (),
         now,
         now + hold,
@@ -145,12 +203,24 @@ def next_step(kept: Reservation, gang: Gang | None, owner_expected: bool | None,
     return Step.EXPIRED if now >= kept.expires else Step.NOTHING
 
 
-def vacated(kept: Reservation, nodes: Mapping[str, Node], now: float, hold: float) -> Reservation | None:
+def vacated(
+    kept: Reservation,
+    nodes: Mapping[str, Node],
+    now: float,
+    hold: float,
+    usage: Mapping[str, Usage] | None = None,
+) -> Reservation | None:
     """The record once its gang lost members: it keeps the nodes still fit for it until `now + hold`;
-    None when no node is (every one tainted or gone)."""
+    None when no node is (every one tainted or gone). A spare keeps only what is free of `usage`
+    then: what a borrower holds is freed by preemption, not by planning as if it were gone."""
     fit = {name: reserved for name, reserved in kept.nodes.items() if _fit(nodes.get(name), reserved.usage.devices)}
     if not fit:
         return None
+    if usage is not None:
+        fit = {
+            name: Reserved(0, reserved.usage.minus(usage[name])) if not reserved.slots and name in usage else reserved
+            for name, reserved in fit.items()
+        }
     return dataclasses.replace(kept, nodes=fit, created=now, expires=now + hold, vacated=now)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from extender.cluster.reservation import Reservation, lease_body
+from extender.cluster.reservation import Reservation, Reserved, lease_body
 from extender.cluster.state import NATIVE_KINDS
 from extender.cluster.view import ClusterView
 from extender.pods.keys import key_of
@@ -25,6 +25,7 @@ from extender.recover.metrics import GANG_RECOVERY_SECONDS, GANG_RETURNS, GANGS_
 from extender.recover.records import (
     RETURNING_SOURCES,
     Step,
+    choose_spares,
     expects_return,
     members_of,
     next_step,
@@ -32,6 +33,7 @@ from extender.recover.records import (
     owner,
     placed_usage,
     record,
+    spares_asked,
     vacated,
     whole,
 )
@@ -115,21 +117,58 @@ class Returns(LeaderDuty):
     def _record(self, view: ClusterView, gang: Gang, now: float, earlier: Reservation | None) -> None:
         """Write where the running gang is, unless a record that keeps nothing says so already (a
         vacated one is always rewritten: its gang is back). Compared by pods and nodes first: most
-        steps find most gangs where their record says, and read no claim."""
+        steps find most gangs where their record says, and read no claim. Spares it asks for and
+        lacks are looked for again each step, written only once one is found."""
         members = members_of(view, gang)
+        asked, error = spares_asked(view, gang)
         if earlier is not None and not earlier.holds and earlier.members == members:
             slots = Counter(member.node for member in gang.placed if member.node in view.nodes)
-            if {name: reserved.slots for name, reserved in earlier.nodes.items()} == dict(slots):
+            ran = {name: reserved for name, reserved in earlier.nodes.items() if reserved.slots}
+            if {name: reserved.slots for name, reserved in ran.items()} == dict(slots) and (
+                len(earlier.spares) >= asked
+                or len(self._spares(view, gang, earlier, ran, asked)) <= len(earlier.spares)
+            ):
                 return
         placed = placed_usage(view, gang, self.config.driver)
         if not any(reserved.usage.devices or reserved.usage.counters for reserved in placed.values()):
             if earlier is not None:  # no devices of ours any more: nothing to come back to
                 self._delete(earlier, f"gang {gang.ref.key} holds no devices")
             return
+        if error is not None and earlier is None:
+            log.warning("gang %s: %s; no spare is kept for it", gang.ref.key, error)
+            for member in gang.placed[:1]:
+                self._event(view, member.pod, "GangSparesRefused", error)
+        spares = self._spares(view, gang, earlier, placed, asked) if asked else {}
+        if len(spares) < asked:
+            log.info(
+                "gang %s asks for %d spare node(s); %d free of work of its priority in its domain",
+                gang.ref.key,
+                asked,
+                len(spares),
+            )
         self._write(
-            record(gang, placed, priority=gang.priority, now=now, hold=self.hold_seconds, members=members),
+            record(
+                gang, placed, priority=gang.priority, now=now, hold=self.hold_seconds, members=members, spares=spares
+            ),
             earlier,
         )
+
+    def _spares(
+        self,
+        view: ClusterView,
+        gang: Gang,
+        earlier: Reservation | None,
+        placed: dict[str, Reserved],
+        asked: int,
+    ) -> dict[str, Reserved]:
+        """Its spares: those it keeps already, then new ones, none kept for another gang."""
+        own = {name: reserved for name, reserved in (earlier.spares if earlier else {}).items() if name not in placed}
+        if len(own) >= asked:
+            return dict(list(own.items())[:asked])
+        taken = {name for key, other in view.returns.items() if key != gang.ref.key for name in other.nodes}
+        levels = self.config.topology_levels
+        more = choose_spares(view, gang, placed, asked=asked - len(own), levels=levels, taken=taken | set(own))
+        return {**own, **more}
 
     def _owner_exists(self, key: str) -> bool:
         """Asked of the API for an owner the extender does not watch (a LeaderWorkerSet); one that
@@ -149,7 +188,7 @@ class Returns(LeaderDuty):
         return True
 
     def _vacate(self, view: ClusterView, kept: Reservation, now: float) -> None:
-        left = vacated(kept, view.nodes, now, self.hold_seconds)
+        left = vacated(kept, view.nodes, now, self.hold_seconds, view.usage)
         GANGS_VACATED.inc()
         if left is None:
             self._delete(kept, f"gang {kept.preemptor} lost members and none of its nodes is fit for it any more")
@@ -174,9 +213,10 @@ class Returns(LeaderDuty):
         GANG_RECOVERY_SECONDS.observe(max(0.0, since))
         GANG_RETURNS.labels(where.label).inc()
         domain = f"same {where.level}" if where.same_domain else "another domain"
+        spares = f" ({len(set(fit.spares) & now_on)} of its {len(fit.spares)} spare(s))" if fit.spares else ""
         message = (
             f"gang {gang.ref.key} is whole again {since:.1f} s after it lost members: {where.reused} of the "
-            f"{where.kept} node(s) kept for it taken again, {domain}"
+            f"{where.kept} node(s) kept for it taken again{spares}, {domain}"
         )
         log.info("%s", message)
         self._record(view, gang, now, kept)

@@ -71,7 +71,7 @@ def test_a_lease_of_an_earlier_release_names_victims_without_uid_and_none_is_eve
         (lambda lease: lease["metadata"]["annotations"].update({NODES: "{"}), "must be JSON"),
         (lambda lease: lease["metadata"]["annotations"].update({NODES: "{}"}), "must name at least one node"),
         (
-            lambda lease: lease["metadata"]["annotations"].update({NODES: '{"a": {"slots": 0}}'}),
+            lambda lease: lease["metadata"]["annotations"].update({NODES: '{"a": {"slots": -1}}'}),
             f"annotation {NODES}[a].slots",
         ),
         (
