@@ -25,7 +25,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from kubernetes import client
 
@@ -76,6 +76,19 @@ def kept_usage(reservations: Iterable[Reservation]) -> dict[str, Usage]:
     return kept
 
 
+def kept_from(
+    reservations: Mapping[str, Reservation], returns: Mapping[str, Reservation], preemptor: Preemptor
+) -> dict[str, Usage]:
+    """What the preemptor must not count free: devices kept for other preemptors, and the spares
+    of running gangs of its own priority (evicting their borrowers would free nothing it may take)."""
+    lent = [
+        dataclasses.replace(kept, nodes=kept.spares)
+        for key, kept in returns.items()
+        if kept.spares and not kept.holds and key != preemptor.key and kept.priority == preemptor.priority
+    ]
+    return kept_usage([*reservations.values(), *lent])
+
+
 class Preemption(LeaderDuty):
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -106,7 +119,11 @@ class Preemption(LeaderDuty):
         kept = kept_usage(view.reservations.values())
         occupancy = Occupancy.of(view, self.config.driver, kept, admission, requested, index=self._index)
         for preemptor, pods in waiting:
-            decision = decide_preemption(occupancy, preemptor, budgets, self.plans.matcher, blocked, pause=_courteous())
+            lent = kept_from(view.reservations, view.returns, preemptor)
+            seen = occupancy
+            if lent != kept:  # spares of its priority: they free nothing it may take
+                seen = Occupancy.of(view, self.config.driver, lent, admission, requested, index=self._index)
+            decision = decide_preemption(seen, preemptor, budgets, self.plans.matcher, blocked, pause=_courteous())
             if isinstance(decision, NoHelp):
                 self._not_helpful(decision, pods, now)
                 continue

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from extender.cluster.reservation import Reservation, Reserved
 from extender.cluster.state import ClusterState
 from extender.cluster.view import ClusterView
 from extender.devices.cel_eval import Selectors
+from extender.devices.node_usage import Usage
 from extender.plan.capacity import Matcher
 from extender.plan.config import ExtenderConfig
 from extender.plan.current import CurrentPlan
@@ -30,6 +32,7 @@ from extender.preempt.preemption_plan import (
     pod_preemptor,
     victim_units,
 )
+from extender.preempt.preemptor import kept_from
 from extender.preempt.victims import cost_of
 from testkit import builders
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod, gang_labels
@@ -335,3 +338,18 @@ def test_exclusive_parts_each_get_a_domain_of_their_own() -> None:
     assert isinstance(decision, Decision)
     racks = {name.split("-")[0] for name in decision.reserved}
     assert racks == {"r1", "r2"} and len(decision.victims) == 16
+
+
+def test_a_running_gangs_spare_is_no_room_for_a_preemptor_of_the_gangs_priority() -> None:
+    """Its borrower (lower priority) would be evicted for nothing: the spare stays kept from the
+    preemptor. One of higher priority may take it, as it could the gang's own nodes."""
+    cluster = Cluster({"a": {}})
+    cluster.fill({"a": 0})
+    view = cluster.view()
+    spare = Reserved(0, Usage(devices=set(view.nodes["a"].devices)))
+    running = Reservation("return-g", f"{NS}/gang:g", "gang g", 100, {"a": spare}, (), 1.0, 61.0, returning=True)
+    for priority, helped in ((100, False), (200, True)):
+        preemptor = _single(view, cluster.wait(f"p{priority}", 8, priority))
+        kept = kept_from({}, {running.preemptor: running}, preemptor)
+        decision = decide(Occupancy.of(view, DRIVER, kept), preemptor, [], MATCHER)
+        assert isinstance(decision, Decision) is helped, (priority, decision)
