@@ -14,7 +14,9 @@ import pytest
 from kubernetes import client
 
 from dra_driver.faults import xid_fault
+from extender.cluster.reservation import from_lease
 from extender.plan.config import RACK_LABEL
+from extender.recover.records import SPARES
 from nativedra.base.kube.names import GPU_CLASS
 from nativedra.base.kube.resources import JOBSETS
 from nativedra.cluster import ControlPlane, wait_for, wait_pod_scheduled
@@ -30,6 +32,7 @@ from testkit.extender_harness import (
     gang_pods,
     wait_judged_unschedulable,
 )
+from testkit.priority_classes import priority_classes
 
 TEST_LABEL = "e2e.nativedra.dev/test"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
@@ -317,3 +320,81 @@ def test_an_lws_group_that_loses_a_gpu_comes_back_whole_to_its_rack_and_its_heal
         lambda: _serve(cluster, namespace, test, replicas=1, size=4, exclusive=True),
         f"{LWS_NAME}=serve",
     )
+
+
+def _spares_recorded(cluster: ExtenderCluster) -> set[str]:
+    leases = client.CoordinationV1Api(cluster.api).list_namespaced_lease(cluster.namespace).items
+    serialize = client.ApiClient().sanitize_for_serialization
+    records = [from_lease(serialize(lease)) for lease in leases if lease.metadata.name.startswith("return-")]
+    return {name for kept in records if kept.returning for name in kept.spares}
+
+
+@pytest.mark.parametrize("spares", [1, 0], ids=["one-spare", "no-spare"])
+def test_a_spare_in_its_rack_brings_a_jobset_back_whole_by_preempting_the_spares_borrower(
+    setup: tuple[ExtenderCluster, str, str], spares: int
+) -> None:
+    """Rack a has one node more than the 4 x 8 JobSet needs; rack b is full of work of the JobSet's
+    priority. With one spare, that fifth node is kept from a pod of the JobSet's priority and lent
+    to one of lower priority; when a GPU fails under NoExecute, the borrower is preempted and the
+    JobSet is whole again in rack a, its healthy nodes reused. Without, the pod of equal priority
+    takes the fifth node and the JobSet cannot come back while it runs."""
+    cluster, namespace, test = setup
+    api = cluster.api
+    with priority_classes(api, {"job": 100}, "spare") as classes:
+        rack_of = _racks(cluster, test, {"rack-a": 5, "rack-b": 4})
+        for index, node in enumerate(node for node, rack in rack_of.items() if rack == "rack-b"):
+            hostname = {"kubernetes.io/hostname": node}
+            gpu_pod(api, namespace, f"busy-{index}", "eight", node_selector=hostname, priority_class=classes["job"])
+            assert wait_pod_scheduled(api, namespace, f"busy-{index}") == node
+        create_jobset(
+            api,
+            namespace,
+            "train",
+            [ReplicatedJob("workers", replicas=1, parallelism=4, template="eight")],
+            {TEST_LABEL: test},
+            exclusive_topology=RACK_LABEL,
+            max_restarts=3,
+            priority_class=classes["job"],
+            pod_annotations={SPARES: str(spares)},
+        )
+        selector = f"{JOBSET_NAME}=train"
+        _wait_bound(cluster, namespace, selector, 4, "the JobSet placed", 180)
+        first = {p.metadata.uid: p.spec.node_name for p in _bound(api, namespace, selector)}
+        before = set(first.values())
+        (fifth,) = {node for node, rack in rack_of.items() if rack == "rack-a"} - before
+        wait_for(lambda: _returns_recorded(cluster), 30, "the JobSet's return record")
+        if spares:
+            wait_for(lambda: _spares_recorded(cluster) == {fifth}, 30, "the fifth node kept as its spare")
+        gpu_pod(api, namespace, "same", "eight", node_selector={TEST_LABEL: test}, priority_class=classes["job"])
+        if spares:
+            wait_judged_unschedulable(api, namespace, ["same"])
+            assert not bound(api, namespace, ["same"]), "kept from work of the JobSet's priority"
+            gpu_pod(api, namespace, "borrower", "eight", node_selector={TEST_LABEL: test})
+            assert wait_pod_scheduled(api, namespace, "borrower") == fifth, "lent to lower priority"
+        else:
+            assert wait_pod_scheduled(api, namespace, "same") == fifth
+        failing = sorted(before)[0]
+        cluster.fail_gpu(failing, 3, xid_fault(79))
+        failed_at = time.monotonic()
+
+        def again() -> list[client.V1Pod]:
+            return [p for p in pods_with(api, namespace, selector) if p.metadata.uid not in first]
+
+        if not spares:  # JobSet's exclusive placement creates the other pods once its leader is placed
+            wait_for(lambda: again(), 120, "the JobSet's pods recreated", lambda: _explain(api, namespace))
+            wait_judged_unschedulable(api, namespace, [p.metadata.name for p in again()])
+            time.sleep(30)
+            assert not [p for p in again() if p.spec.node_name], "no room in either rack while the pod runs"
+            print(f"no spare: the JobSet is not whole {time.monotonic() - failed_at:.1f} s after the fault")
+            return
+        wait_for(
+            lambda: len([p for p in again() if p.spec.node_name]) == 4,
+            180,
+            "the JobSet whole again",
+            lambda: _explain(api, namespace) + "\n" + cluster.log.read_text()[-4000:],
+        )
+        print(f"one spare: 4 x 8 GPUs whole again {time.monotonic() - failed_at:.1f} s after the fault was published")
+        assert {p.spec.node_name for p in again()} == (before - {failing}) | {fifth}
+        assert _gang_events(api, namespace, "Preempted"), "the borrower was preempted"
+        returned = wait_for(lambda: _gang_events(api, namespace, "GangReturned"), 30, "the GangReturned event")
+        assert "(1 of its 1 spare(s))" in returned[0], returned

@@ -22,9 +22,14 @@ class ReplicatedJob:
 
 
 def _pod_template(
-    template: str, node_selector: dict[str, str], restart_policy: str = "Never", priority_class: str | None = None
+    template: str,
+    node_selector: dict[str, str],
+    restart_policy: str = "Never",
+    priority_class: str | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     return {
+        **({"metadata": {"annotations": annotations}} if annotations else {}),
         "spec": {
             **({"priorityClassName": priority_class} if priority_class else {}),
             "restartPolicy": restart_policy,
@@ -34,7 +39,7 @@ def _pod_template(
                 {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
             ],
             "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
-        }
+        },
     }
 
 
@@ -49,7 +54,9 @@ def create_jobset(
     suspend: bool = False,
     max_restarts: int = 0,
     priority_class: str | None = None,
+    pod_annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """`pod_annotations`: on every pod (e.g. nativedra.dev/spares)."""
     annotations = {JOBSET_EXCLUSIVE: exclusive_topology} if exclusive_topology else {}
     body = {
         "apiVersion": JOBSETS.api_version,
@@ -67,7 +74,9 @@ def create_jobset(
                             "parallelism": job.parallelism,
                             "completions": job.parallelism,
                             "backoffLimit": 0,
-                            "template": _pod_template(job.template, node_selector, priority_class=priority_class),
+                            "template": _pod_template(
+                                job.template, node_selector, priority_class=priority_class, annotations=pod_annotations
+                            ),
                         }
                     },
                 }
