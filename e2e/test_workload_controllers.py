@@ -381,7 +381,7 @@ def test_a_spare_in_its_rack_brings_a_jobset_back_whole_by_preempting_the_spares
             return [p for p in pods_with(api, namespace, selector) if p.metadata.uid not in first]
 
         if not spares:  # JobSet's exclusive placement creates the other pods once its leader is placed
-            wait_for(lambda: again(), 120, "the JobSet's pods recreated", lambda: _explain(api, namespace))
+            wait_for(again, 120, "the JobSet's pods recreated", lambda: _explain(api, namespace))
             wait_judged_unschedulable(api, namespace, [p.metadata.name for p in again()])
             time.sleep(30)
             assert not [p for p in again() if p.spec.node_name], "no room in either rack while the pod runs"
