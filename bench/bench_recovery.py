@@ -22,7 +22,8 @@ queued JobSet, older than the recreated pods, takes the freed nodes; the trainin
 fault not recovered within WHOLE_WITHIN_S counts as such, and the queued JobSet is deleted so the
 training can come back (and created again, waiting, for the next fault).
 
-Hot spares are not measured: not built yet.
+Hot spares are not measured here (the free rack has room for the returning gang without one):
+e2e/test_workload_controllers.py measures a rack whose only free node is the spare.
 """
 
 from __future__ import annotations

@@ -365,6 +365,7 @@ def test_a_spare_in_its_rack_brings_a_jobset_back_whole_by_preempting_the_spares
         wait_for(lambda: _returns_recorded(cluster), 30, "the JobSet's return record")
         if spares:
             wait_for(lambda: _spares_recorded(cluster) == {fifth}, 30, "the fifth node kept as its spare")
+            wait_for(lambda: "nativedra_extender_gang_spare_nodes 1.0" in cluster.metrics(), 10, "the spare counted")
         gpu_pod(api, namespace, "same", "eight", node_selector={TEST_LABEL: test}, priority_class=classes["job"])
         if spares:
             wait_judged_unschedulable(api, namespace, ["same"])

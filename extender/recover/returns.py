@@ -21,7 +21,7 @@ from extender.cluster.view import ClusterView
 from extender.pods.keys import key_of
 from extender.pods.model import Gang
 from extender.preempt.duty import API_TIMEOUT_S, CONFLICT, NOT_FOUND, LeaderDuty
-from extender.recover.metrics import GANG_RECOVERY_SECONDS, GANG_RETURNS, GANGS_VACATED
+from extender.recover.metrics import GANG_RECOVERY_SECONDS, GANG_RETURNS, GANGS_VACATED, SPARE_NODES
 from extender.recover.records import (
     RETURNING_SOURCES,
     Step,
@@ -68,6 +68,7 @@ class Returns(LeaderDuty):
         gangs = {gang.ref.key: gang for gang in self.plans.gangs(view)}
         for key, kept in list(view.returns.items()):
             self._each(key, functools.partial(self._tend, view, gangs.get(key), kept, now))
+        SPARE_NODES.set(sum(len(kept.spares) for kept in view.returns.values() if not kept.holds))
         if not self.hold_seconds:
             return  # returns off: records left from before are let go, none is written
         for key, gang in gangs.items():
