@@ -42,6 +42,7 @@ from nativedra.base.kube.resources import LEADER_WORKER_SETS
 log = logging.getLogger(__name__)
 LEADER_LEASE = "nativedra-extender-returns"
 STEP_EVERY_S = 1.0
+SPARES_LOOK_EVERY_S = 10.0
 # Listed before the first step, records being judged on them: the Leases themselves, and every kind
 # that says whether a gang's owner still exists (a kind the server does not serve counts as listed).
 WATCHED = ("pods", "resourceclaims", "preemptions")
@@ -50,6 +51,11 @@ OWNERS = ("jobsets", "podgroups", *NATIVE_KINDS)
 
 class Returns(LeaderDuty):
     """The leader's loop over return records (see the module docstring)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # Per gang short of the spares it asks for: when the cluster was last searched for more.
+        self._looked: dict[str, float] = {}
 
     @property
     def hold_seconds(self) -> int:
@@ -127,6 +133,7 @@ class Returns(LeaderDuty):
             ran = {name: reserved for name, reserved in earlier.nodes.items() if reserved.slots}
             if {name: reserved.slots for name, reserved in ran.items()} == dict(slots) and (
                 len(earlier.spares) >= asked
+                or not self._look_again(gang.ref.key, now)
                 or len(self._spares(view, gang, earlier, ran, asked)) <= len(earlier.spares)
             ):
                 return
@@ -153,6 +160,15 @@ class Returns(LeaderDuty):
             ),
             earlier,
         )
+
+    def _look_again(self, key: str, now: float) -> bool:
+        """Whether a gang short of spares may have the cluster searched again (every
+        SPARES_LOOK_EVERY_S: a search reads every pod and node)."""
+        if now - self._looked.get(key, -SPARES_LOOK_EVERY_S) < SPARES_LOOK_EVERY_S:
+            return False
+        self._looked = {k: t for k, t in self._looked.items() if now - t < SPARES_LOOK_EVERY_S}  # bounded by gangs
+        self._looked[key] = now
+        return True
 
     def _spares(
         self,
