@@ -19,6 +19,7 @@ from bench import (
     bench_recovery,
     bench_scheduler,
     bench_slices,
+    bench_spares,
 )
 from nativedra.cluster import ControlPlane, resolve
 
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, Callable[[client.ApiClient, ControlPlane], Iterator[str]]]
     "preemption": bench_preemption.run,
     "preemption_oracle": bench_preemption_oracle.run,
     "recovery": bench_recovery.run,
+    "recovery_spares": bench_spares.run,
 }
 
 

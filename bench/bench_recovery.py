@@ -90,7 +90,7 @@ class Churn:
                     core.delete_namespaced_pod(alive.pop(0), self.namespace, grace_period_seconds=0)
 
 
-def _publish(api: client.ApiClient, node: str, faulty_gpu: int | None) -> None:
+def publish_gpus(api: client.ApiClient, node: str, faulty_gpu: int | None) -> None:
     inventory = a100_inventory()
     if faulty_gpu is not None:
         gpus = tuple(g.with_fault(xid_fault(79)) if g.index == faulty_gpu else g for g in inventory.gpus)
@@ -99,7 +99,7 @@ def _publish(api: client.ApiClient, node: str, faulty_gpu: int | None) -> None:
     SlicePublisher(api, node).reconcile(build_slices(inventory, config, node))
 
 
-def _whole(api: client.ApiClient, namespace: str, attempt: int, within_s: float) -> set[str]:
+def whole(api: client.ApiClient, namespace: str, attempt: int, within_s: float) -> set[str]:
     """The nodes of the training JobSet's pods of restart `attempt`, once all are bound."""
     selector = f"{JOBSET_NAME}=training,{RESTART_ATTEMPT}={attempt}"
 
@@ -131,21 +131,21 @@ def _unqueue(api: client.ApiClient, namespace: str) -> None:
 
 def _faults(api: client.ApiClient, namespace: str) -> Iterator[dict[str, Any]]:
     """Each fault's figures, as the training comes back."""
-    before = _whole(api, namespace, 0, 180)
+    before = whole(api, namespace, 0, 180)
     _queue(api, namespace)
     for attempt in range(FAULTS):
         failing = sorted(before)[attempt % TRAINING]
-        _publish(api, failing, attempt % 8)
+        publish_gpus(api, failing, attempt % 8)
         started = time.monotonic()
         try:
-            after = _whole(api, namespace, attempt + 1, WHOLE_WITHIN_S)
+            after = whole(api, namespace, attempt + 1, WHOLE_WITHIN_S)
             recovered = True
         except WaitTimeoutError:
             _unqueue(api, namespace)  # let the training come back, then queue again
-            after = _whole(api, namespace, attempt + 1, 180)
+            after = whole(api, namespace, attempt + 1, 180)
             recovered = False
         seconds = time.monotonic() - started
-        _publish(api, failing, None)
+        publish_gpus(api, failing, None)
         if not recovered:
             _queue(api, namespace)
         yield {"seconds": seconds, "recovered": recovered, "healthy_nodes_reused": len((before - {failing}) & after)}
@@ -191,22 +191,31 @@ def run(api: client.ApiClient, plane: ControlPlane) -> Iterator[str]:
         yield f"{NODES} nodes of 8 GPUs, racks of {RACK_SIZE}, all but the first rack busy"
         for mode, hold in MODES:
             faults = list(_mode(plane, api, Path(scratch) / mode.replace(" ", "-"), hold))
-            timing = Timing(tuple(f["seconds"] for f in faults))
-            ordered = sorted(timing.samples_s)
-            p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-            recovered = sum(f["recovered"] for f in faults)
-            reused = sum(f["healthy_nodes_reused"] for f in faults)
-            figures[mode] = {
-                "p50_s": round(timing.p50_ms / 1000, 2),
-                "p95_s": round(p95, 2),
-                "max_s": round(ordered[-1], 2),
-                f"whole_within_{WHOLE_WITHIN_S:.0f}_s": f"{recovered} of {FAULTS}",
-                "healthy_nodes_reused": f"{reused} of {(TRAINING - 1) * FAULTS}",
-                "samples_s": [round(f["seconds"], 2) for f in faults],
-            }
-            yield (
-                f"  {mode:<13} fault to whole again p50 {timing.p50_ms / 1000:.1f} s, p95 {p95:.1f} s, max "
-                f"{ordered[-1]:.1f} s; whole within {WHOLE_WITHIN_S:.0f} s {recovered}/{FAULTS}; healthy nodes "
-                f"reused {reused} of {(TRAINING - 1) * FAULTS}"
-            )
+            figures[mode] = summary(faults)
+            yield f"  {mode:<13} {line(figures[mode])}"
     write_results("recovery", figures)
+
+
+def summary(faults: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode's figures from its faults (each: seconds, recovered, healthy_nodes_reused)."""
+    timing = Timing(tuple(f["seconds"] for f in faults))
+    ordered = sorted(timing.samples_s)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {
+        "p50_s": round(timing.p50_ms / 1000, 2),
+        "p95_s": round(p95, 2),
+        "max_s": round(ordered[-1], 2),
+        f"whole_within_{WHOLE_WITHIN_S:.0f}_s": f"{sum(f['recovered'] for f in faults)} of {len(faults)}",
+        "healthy_nodes_reused": f"{sum(f['healthy_nodes_reused'] for f in faults)} of {(TRAINING - 1) * len(faults)}",
+        "samples_s": [round(f["seconds"], 2) for f in faults],
+    }
+
+
+def line(figures: dict[str, Any]) -> str:
+    """A mode's `summary` in one line of progress."""
+    return (
+        f"fault to whole again p50 {figures['p50_s']:.1f} s, p95 {figures['p95_s']:.1f} s, "
+        f"max {figures['max_s']:.1f} s; "
+        f"whole within {WHOLE_WITHIN_S:.0f} s {figures[f'whole_within_{WHOLE_WITHIN_S:.0f}_s']}; healthy nodes "
+        f"reused {figures['healthy_nodes_reused']}"
+    )

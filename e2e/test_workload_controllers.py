@@ -399,3 +399,9 @@ def test_a_spare_in_its_rack_brings_a_jobset_back_whole_by_preempting_the_spares
         assert _gang_events(api, namespace, "Preempted"), "the borrower was preempted"
         returned = wait_for(lambda: _gang_events(api, namespace, "GangReturned"), 30, "the GangReturned event")
         assert "(1 of its 1 spare(s))" in returned[0], returned
+        wait_for(
+            lambda: _spares_recorded(cluster) == {failing},
+            30,
+            "the node it left kept as its spare until healed",
+            lambda: cluster.log.read_text()[-3000:],
+        )

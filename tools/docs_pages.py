@@ -566,6 +566,13 @@ BENCHMARKS = (
         generic_tables,
     ),
     Benchmark(
+        "recovery_spares",
+        "Gang recovery with and without a hot spare",
+        "python -m bench recovery_spares",
+        "recovery_spares.json",
+        generic_tables,
+    ),
+    Benchmark(
         "preemption_oracle",
         "Preemption against kube-scheduler's DefaultPreemption",
         "python -m bench preemption_oracle",

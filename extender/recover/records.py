@@ -71,9 +71,11 @@ def choose_spares(
 ) -> dict[str, Reserved]:
     """Up to `asked` nodes in the gang's domain (the narrowest of `levels` its nodes share; the
     cluster when they share none) to keep as spares: none of the gang's, none in `taken` (kept for
-    another gang), none with a tainted device, as many devices as the gang's busiest node, and no
-    pod of the gang's priority or higher on it (a spare is lent only to pods its gang may preempt).
-    The emptiest first. Each keeps every device of the node, with no member slot."""
+    another gang), as many devices as the gang's busiest node, and no pod of the gang's priority or
+    higher on it (a spare is lent only to pods its gang may preempt). Healthy ones first, the
+    emptiest first; then one with a tainted device (the node the gang just left): kept, it is not
+    taken by work of the gang's priority once healed. Each keeps every device of the node, with no
+    member slot."""
     level = _shared_level(list(placed), view.nodes, levels)
     domain = _value(list(placed), view.nodes, level) if level is not None else None
     needed = max((len(reserved.usage.devices) for reserved in placed.values()), default=0)
@@ -89,9 +91,13 @@ def choose_spares(
         and name not in outranked
         and (level is None or node.labels.get(level) == domain)
         and len(node.devices) >= needed
-        and not any(device.tainted for device in node.devices.values())
     ]
-    candidates.sort(key=lambda node: (len(view.usage[node.name].devices) if node.name in view.usage else 0, node.name))
+
+    def order(node: Node) -> tuple[bool, int, str]:
+        tainted = any(device.tainted for device in node.devices.values())
+        return tainted, len(view.usage[node.name].devices) if node.name in view.usage else 0, node.name
+
+    candidates.sort(key=order)
     return {node.name: Reserved(0, Usage(devices=set(node.devices))) for node in candidates[:asked]}
 
 

@@ -65,10 +65,10 @@ def test_spares_are_the_emptiest_nodes_of_the_gangs_rack_that_only_lower_priorit
     cluster = view(nodes, pods=pods, usage={name: Usage() for name in nodes} | {"a-4": Usage(devices={device})})
     gang = _running(priority=100)
     chosen = choose_spares(cluster, gang, _placed(nodes), asked=3, levels=LEVELS, taken=())
-    # a-3: work of the gang's priority; a-6: a tainted device; rack b: another domain; a-4 is lent, after a-5
-    assert list(chosen) == ["a-5", "a-4"]
+    # a-3: work of the gang's priority; rack b: another domain; a-4 is lent, after a-5; a-6 (tainted) last
+    assert list(chosen) == ["a-5", "a-4", "a-6"]
     assert chosen["a-5"].slots == 0 and chosen["a-5"].usage.devices == set(nodes["a-5"].devices)
-    assert list(choose_spares(cluster, gang, _placed(nodes), asked=3, levels=LEVELS, taken={"a-5"})) == ["a-4"]
+    assert list(choose_spares(cluster, gang, _placed(nodes), asked=1, levels=LEVELS, taken={"a-5"})) == ["a-4"]
 
 
 def test_a_record_keeps_its_spares_through_its_lease_and_for_the_gang_once_vacated() -> None:
