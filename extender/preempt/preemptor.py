@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kubernetes import client
 
-from extender.cluster.reservation import Reservation, Victim, lease_body
+from extender.cluster.reservation import Reservation, Reserved, Victim, lease_body
 from extender.cluster.view import ClusterView
-from extender.devices.node_usage import Usage
+from extender.devices.node_usage import Node, Usage
 from extender.pods.demand import allocated_node
 from extender.pods.facts import PodFacts
 from extender.pods.keys import key_of
@@ -77,16 +77,27 @@ def kept_usage(reservations: Iterable[Reservation]) -> dict[str, Usage]:
 
 
 def kept_from(
-    reservations: Mapping[str, Reservation], returns: Mapping[str, Reservation], preemptor: Preemptor
+    reservations: Mapping[str, Reservation],
+    returns: Mapping[str, Reservation],
+    preemptor: Preemptor,
+    nodes: Mapping[str, Node],
 ) -> dict[str, Usage]:
-    """What the preemptor must not count free: devices kept for other preemptors, and the spares
-    of running gangs of its own priority (evicting their borrowers would free nothing it may take)."""
-    lent = [
-        dataclasses.replace(kept, nodes=kept.spares)
-        for key, kept in returns.items()
-        if kept.spares and not kept.holds and key != preemptor.key and kept.priority == preemptor.priority
-    ]
-    return kept_usage([*reservations.values(), *lent])
+    """What the preemptor must not count free: devices kept for other preemptors; the nodes kept for
+    returning gangs of its priority or higher, spares whole (evicting a borrower there would hand
+    the gang's spare to another); and the spares of running gangs of its own priority (evicting
+    their borrowers would free nothing it may take)."""
+    kept = []
+    for key, record in returns.items():
+        if key == preemptor.key:
+            continue
+        if record.holds and record.priority >= preemptor.priority:
+            whole = {
+                name: Reserved(0, Usage(devices=set(nodes[name].devices))) for name in record.spares if name in nodes
+            }
+            kept.append(dataclasses.replace(record, nodes={**record.nodes, **whole}))
+        elif record.spares and not record.holds and record.priority == preemptor.priority:
+            kept.append(dataclasses.replace(record, nodes=record.spares))
+    return kept_usage([*reservations.values(), *kept])
 
 
 class Preemption(LeaderDuty):
@@ -119,9 +130,9 @@ class Preemption(LeaderDuty):
         kept = kept_usage(view.reservations.values())
         occupancy = Occupancy.of(view, self.config.driver, kept, admission, requested, index=self._index)
         for preemptor, pods in waiting:
-            lent = kept_from(view.reservations, view.returns, preemptor)
+            lent = kept_from(view.reservations, view.returns, preemptor, view.nodes)
             seen = occupancy
-            if lent != kept:  # spares of its priority: they free nothing it may take
+            if lent != kept:  # returns and spares kept from it: evicting there frees nothing it may take
                 seen = Occupancy.of(view, self.config.driver, lent, admission, requested, index=self._index)
             decision = decide_preemption(seen, preemptor, budgets, self.plans.matcher, blocked, pause=_courteous())
             if isinstance(decision, NoHelp):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ def spares_asked(view: ClusterView, gang: Gang) -> tuple[int, str | None]:
         if text is None:
             continue
         bound = len({m.node for m in gang.placed}) or gang.size
-        if not text.isdigit() or int(text) > bound:
+        if not re.fullmatch(r"[0-9]{1,4}", text) or int(text) > bound:
             return 0, f"{SPARES} of pod {member.pod}: expected a whole number from 0 to {bound}, got {text!r}"
         return int(text), None
     return 0, None

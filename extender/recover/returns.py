@@ -7,6 +7,7 @@ answers the returning gang the same. Only the leader writes, proving it before e
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -18,6 +19,7 @@ from kubernetes import client
 from extender.cluster.reservation import Reservation, Reserved, lease_body
 from extender.cluster.state import NATIVE_KINDS
 from extender.cluster.view import ClusterView
+from extender.devices.node_usage import Usage
 from extender.pods.keys import key_of
 from extender.pods.model import Gang
 from extender.preempt.duty import API_TIMEOUT_S, CONFLICT, NOT_FOUND, LeaderDuty
@@ -179,7 +181,12 @@ class Returns(LeaderDuty):
         asked: int,
     ) -> dict[str, Reserved]:
         """Its spares: those it keeps already, then new ones, none kept for another gang."""
-        own = {name: reserved for name, reserved in (earlier.spares if earlier else {}).items() if name not in placed}
+        # Whole nodes again: a vacated record kept only what was free of them.
+        own = {
+            name: Reserved(0, Usage(devices=set(view.nodes[name].devices)))
+            for name in (earlier.spares if earlier else {})
+            if name not in placed and name in view.nodes
+        }
         if len(own) >= asked:
             return dict(list(own.items())[:asked])
         taken = {name for key, other in view.returns.items() if key != gang.ref.key for name in other.nodes}
@@ -226,7 +233,8 @@ class Returns(LeaderDuty):
         # Recreated before the leader looked, the record still names the failed node: judged, as a
         # vacated record is, on the nodes still fit for the gang.
         fit = vacated(kept, view.nodes, now, 0) or kept
-        where = outcome(fit, now_on, view.nodes, self.config.topology_levels)
+        ran = dataclasses.replace(fit, nodes={name: kept for name, kept in fit.nodes.items() if kept.slots})
+        where = outcome(ran, now_on, view.nodes, self.config.topology_levels)
         GANG_RECOVERY_SECONDS.observe(max(0.0, since))
         GANG_RETURNS.labels(where.label).inc()
         domain = f"same {where.level}" if where.same_domain else "another domain"

@@ -350,6 +350,23 @@ def test_a_running_gangs_spare_is_no_room_for_a_preemptor_of_the_gangs_priority(
     running = Reservation("return-g", f"{NS}/gang:g", "gang g", 100, {"a": spare}, (), 1.0, 61.0, returning=True)
     for priority, helped in ((100, False), (200, True)):
         preemptor = _single(view, cluster.wait(f"p{priority}", 8, priority))
-        kept = kept_from({}, {running.preemptor: running}, preemptor)
+        kept = kept_from({}, {running.preemptor: running}, preemptor, view.nodes)
+        decision = decide(Occupancy.of(view, DRIVER, kept), preemptor, [], MATCHER)
+        assert isinstance(decision, Decision) is helped, (priority, decision)
+
+
+def test_a_vacated_gangs_nodes_and_whole_spare_are_no_room_for_a_preemptor_of_its_priority() -> None:
+    """The gang lost members: what is kept for its return, its spare's borrower included, is not
+    handed to a preemptor of its priority (which the returning gang could not preempt back)."""
+    cluster = Cluster({"a": {}})
+    cluster.fill({"a": 0})  # the borrower's pods, lower priority
+    view = cluster.view()
+    emptied = Reserved(0, Usage())  # its free part when vacated: nothing (all borrowed)
+    returning = Reservation(
+        "return-g", f"{NS}/gang:g", "gang g", 100, {"a": emptied}, (), 1.0, 61.0, returning=True, vacated=1.0
+    )
+    for priority, helped in ((100, False), (200, True)):
+        preemptor = _single(view, cluster.wait(f"q{priority}", 8, priority))
+        kept = kept_from({}, {returning.preemptor: returning}, preemptor, view.nodes)
         decision = decide(Occupancy.of(view, DRIVER, kept), preemptor, [], MATCHER)
         assert isinstance(decision, Decision) is helped, (priority, decision)
