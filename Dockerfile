@@ -8,6 +8,11 @@ FROM ${BASE} AS build
 # Installed into a venv that the final stage copies whole: no wheel layer left behind.
 RUN python3 -m venv /opt/nativedra
 WORKDIR /src
+# Exactly the lock's runtime pins, hashes checked, nothing resolved (a layer of its own, kept while
+# only the source changes); then the package, built by the locked setuptools, which leaves with pip.
+COPY requirements/runtime.txt requirements/
+RUN /opt/nativedra/bin/pip install --no-cache-dir --disable-pip-version-check --require-hashes --no-deps \
+    -r requirements/runtime.txt
 COPY pyproject.toml README.md ./
 COPY nativedra/ nativedra/
 COPY dra_driver/ dra_driver/
@@ -15,8 +20,8 @@ COPY cdi/ cdi/
 COPY extender/ extender/
 # The examples and DeviceClasses ship inside the package (nativedra/data links to them).
 COPY manifests/ manifests/
-RUN /opt/nativedra/bin/pip install --no-cache-dir . \
-    && /opt/nativedra/bin/pip uninstall --yes pip
+RUN /opt/nativedra/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation . \
+    && /opt/nativedra/bin/pip uninstall --yes setuptools wheel pip
 
 FROM ${BASE}
 COPY --from=build /opt/nativedra /opt/nativedra

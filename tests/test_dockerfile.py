@@ -39,3 +39,16 @@ def test_image_copies_every_package_the_wheel_needs() -> None:
     assert packages <= copied, f"packages not copied into the image: {packages - copied}"
     assert project["project"]["scripts"]["nativedra"] == "nativedra.cli:main"
     assert 'ENTRYPOINT ["nativedra"]' in (REPO / "Dockerfile").read_text()
+
+
+def test_the_image_installs_the_lock_and_resolves_nothing() -> None:
+    """Every pip install in the image is the runtime lock with its hashes, or the package itself
+    without its dependencies and without fetching a build backend: the image holds the lock's pins."""
+    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    installs = [" ".join(line.split()) for line in text.splitlines() if "pip install" in line]
+    assert installs, "the image installs the package"
+    for line in installs:
+        assert "--no-deps" in line, f"pip resolves dependencies in: {line}"
+        locked = "--require-hashes" in line and "-r requirements/runtime.txt" in line
+        assert locked or "--no-build-isolation ." in line, f"not the lock, nor the package alone: {line}"
+    assert "requirements/runtime.txt" in _copied_sources()

@@ -29,7 +29,7 @@ from kubernetes import client
 
 from nativedra.cluster import kueue_config
 from nativedra.cluster.controlplane import ControlPlane, ControlPlaneError, free_port
-from nativedra.cluster.gobuild import BuildLock, build_programs, cache_root, download, go_env
+from nativedra.cluster.gobuild import BuildLock, build_programs, cache_root, download, fetch_go_mod, go_env
 from nativedra.cluster.processes import RecordedProcess, alive, tail
 from nativedra.objects import apply_documents
 
@@ -110,10 +110,11 @@ def build_addon(addon: Addon) -> Path:
         return binary
     with BuildLock(_home(addon)):
         if not binary.is_file():
+            src, env = _home(addon) / "src", go_env()
+            upstream = fetch_go_mod(addon.module, addon.version, src, env)
             go_mod = f"module nativedra.dev/addonbuild\n\ngo 1.24\n\nrequire {addon.module} {addon.version}\n"
-            build_programs(
-                _home(addon) / "src", go_mod, {addon.binary: addon.main_package}, binary.parent, env=go_env()
-            )
+            programs = {addon.binary: addon.main_package}
+            build_programs(src, go_mod, programs, binary.parent, env=env, upstream=upstream)
     return binary
 
 

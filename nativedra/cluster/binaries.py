@@ -188,4 +188,4 @@ def _build_into(version: str, components: list[str], src: Path, bin_dir: Path) -
         ]
     )
     programs = {name: f"k8s.io/kubernetes/cmd/{name}" for name in components}
-    build_programs(src, go_mod, programs, bin_dir, env=env, ldflags=ldflags)
+    build_programs(src, go_mod, programs, bin_dir, env=env, upstream=upstream_mod, ldflags=ldflags)

@@ -4,6 +4,10 @@ A generated wrapper module requires the upstream module at an exact version (the
 version lists, so `go install module@version` does not work here) and a `tools.go` imports the
 main packages, so `go mod tidy` resolves every dependency; each program is then built once and
 kept under `~/.cache/nativedra`. A first build takes minutes on 2 cores, so progress is logged.
+
+Nothing floats: every module the build resolves must be at the version the upstream module's own
+go.mod states (or one the wrapper replaces on purpose); `go mod tidy` choosing any other, a newer
+release of a module upstream never named, fails the build and names it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -119,6 +124,43 @@ def go_mod_cache(env: Mapping[str, str]) -> str:
     return env.get("GOMODCACHE") or str(Path(env.get("GOPATH") or Path.home() / "go") / "pkg" / "mod")
 
 
+_REQUIRE_BLOCK = re.compile(r"^require\s*\((.*?)^\)", re.MULTILINE | re.DOTALL)
+_REQUIRE_LINE = re.compile(r"^require\s+(\S+)\s+(v\S+)", re.MULTILINE)
+_REPLACE_BLOCK = re.compile(r"^replace\s*\((.*?)^\)", re.MULTILINE | re.DOTALL)
+_REPLACE_LINE = re.compile(r"^replace\s+(\S+)", re.MULTILINE)
+
+
+def requirements(go_mod: str) -> dict[str, str]:
+    """Module path -> version of every `require` in a go.mod, one-line or in blocks."""
+    found = dict(_REQUIRE_LINE.findall(go_mod))
+    for block in _REQUIRE_BLOCK.findall(go_mod):
+        for line in block.splitlines():
+            parts = line.split("//", 1)[0].split()
+            if len(parts) == 2:
+                found[parts[0]] = parts[1]
+    return found
+
+
+def replaced(go_mod: str) -> set[str]:
+    found = set(_REPLACE_LINE.findall(go_mod))
+    for block in _REPLACE_BLOCK.findall(go_mod):
+        found |= {parts[0] for line in block.splitlines() if (parts := line.split("//", 1)[0].split())}
+    return found
+
+
+def floated(resolved: str, upstream: str, wrapper: str) -> dict[str, tuple[str, str | None]]:
+    """Modules of the tidied wrapper `resolved` at a version upstream's go.mod does not state
+    (module -> (resolved, upstream's or None)). What the wrapper requires or either side replaces is
+    pinned by that line itself."""
+    pinned = replaced(resolved) | replaced(upstream) | set(requirements(wrapper))
+    wanted = requirements(upstream)
+    return {
+        module: (version, wanted.get(module))
+        for module, version in requirements(resolved).items()
+        if module not in pinned and wanted.get(module) != version
+    }
+
+
 def build_programs(
     src: Path,
     go_mod: str,
@@ -126,9 +168,11 @@ def build_programs(
     bin_dir: Path,
     *,
     env: dict[str, str],
+    upstream: str,
     ldflags: str = "-s -w",
 ) -> None:
-    """Build `programs` (binary name -> main package) of the wrapper module `go_mod` into `bin_dir`."""
+    """Build `programs` (binary name -> main package) of the wrapper module `go_mod` into `bin_dir`;
+    `upstream` is the go.mod of the module the wrapper requires, whose versions the build keeps."""
     src.mkdir(parents=True, exist_ok=True)
     bin_dir.mkdir(parents=True, exist_ok=True)
     (src / "go.mod").write_text(go_mod)
@@ -136,6 +180,10 @@ def build_programs(
     (src / "tools.go").write_text(_TOOLS_GO.format(package="wrapper", imports=imports))
     log.info("resolving Go modules for %s (module cache: %s)", ", ".join(programs), go_mod_cache(env))
     run_go_checked(["mod", "tidy"], src, env, "resolving modules")
+    moved = floated((src / "go.mod").read_text(), upstream, go_mod)
+    if moved:
+        said = ", ".join(f"{m} {v} (upstream: {u or 'not required'})" for m, (v, u) in sorted(moved.items()))
+        raise BinaryError(f"resolving modules for {', '.join(programs)}: versions upstream does not state: {said}")
     for position, (name, package) in enumerate(programs.items(), start=1):
         started = time.monotonic()
         log.info(

@@ -61,7 +61,9 @@ def build_helm(version: str = HELM_VERSION) -> Path:
                 f"require {HELM_MODULE} {version}\n"
             )
             ldflags = f"-s -w {version_ldflags(version, upstream)}"
-            build_programs(src, go_mod, {"helm": MAIN_PACKAGE}, binary.parent, env=env, ldflags=ldflags)
+            build_programs(
+                src, go_mod, {"helm": MAIN_PACKAGE}, binary.parent, env=env, upstream=upstream, ldflags=ldflags
+            )
     return binary
 
 

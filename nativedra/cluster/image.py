@@ -36,6 +36,7 @@ IMAGE_SOURCES = (
     "Dockerfile",
     ".dockerignore",
     "pyproject.toml",
+    "requirements",
     "README.md",
     "nativedra",
     "dra_driver",

@@ -86,7 +86,7 @@ def build_containerd(version: str = CONTAINERD_VERSION) -> Path:
             upstream = Path(download(CONTAINERD_MODULE, version, src, env)["GoMod"]).read_text()
             go_line = next((line for line in upstream.splitlines() if line.startswith("go ")), "go 1.24")
             go_mod = f"module nativedra.dev/containerdbuild\n\n{go_line}\n\nrequire {CONTAINERD_MODULE} {version}\n"
-            build_programs(src, go_mod, CONTAINERD_PROGRAMS, bin_dir, env=env)
+            build_programs(src, go_mod, CONTAINERD_PROGRAMS, bin_dir, env=env, upstream=upstream)
     return bin_dir
 
 

@@ -13,12 +13,14 @@ import pytest
 from nativedra.cluster import gobuild
 from nativedra.cluster.gobuild import BinaryError, build_programs, cache_root, go_mod_cache, run_go_checked
 
-# Records each call; fails like an unreachable sum.golang.org unless GOSUMDB=off; `build -o` makes the file.
+# Records each call; fails like an unreachable sum.golang.org unless GOSUMDB=off; `build -o` makes the file;
+# `mod tidy` writes $TIDY_GO_MOD as the go.mod it resolved, when set.
 FAKE_GO = """#!/bin/sh
 echo "$* GOSUMDB=$GOSUMDB CGO=$CGO_ENABLED" >> "$GO_CALLS"
 if [ -n "$FAIL_SUMDB" ] && [ "$GOSUMDB" != "off" ]; then
   echo "verifying module: Get https://sum.golang.org/lookup: dial tcp: no route" >&2; exit 1
 fi
+if [ "$1" = mod ] && [ "$2" = tidy ] && [ -n "$TIDY_GO_MOD" ]; then cp "$TIDY_GO_MOD" go.mod; fi
 if [ "$1" = build ]; then
   while [ "$#" -gt 0 ]; do [ "$1" = -o ] && printf 'binary' > "$2"; shift; done
 fi
@@ -44,7 +46,7 @@ def test_programs_are_built_from_a_wrapper_module_that_imports_each_package_once
     programs = {"kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver", "kubectl": "k8s.io/kubectl"}
     programs["kubectl-again"] = "k8s.io/kubectl"
     src, bin_dir = tmp_path / "src", tmp_path / "bin"
-    build_programs(src, "module wrapper\n", programs, bin_dir, env=gobuild.go_env())
+    build_programs(src, "module wrapper\n", programs, bin_dir, env=gobuild.go_env(), upstream="module upstream\n")
     assert (src / "go.mod").read_text() == "module wrapper\n"
     tools = (src / "tools.go").read_text()
     assert tools.startswith("//go:build tools\n\npackage wrapper\n")
@@ -55,6 +57,59 @@ def test_programs_are_built_from_a_wrapper_module_that_imports_each_package_once
     assert calls[0].startswith("mod tidy ")
     assert all("CGO=0" in call for call in calls), "static binaries"
     assert [call.split()[0] for call in calls[1:]] == ["build"] * 3
+
+
+UPSTREAM_GO_MOD = """module k8s.io/kubernetes
+
+go 1.26.0
+
+require (
+\tgithub.com/spf13/cobra v1.10.2
+\tk8s.io/api v0.0.0 // indirect comment
+)
+
+require go.opentelemetry.io/otel v1.40.0 // indirect
+
+replace k8s.io/api => ./staging/src/k8s.io/api
+"""
+WRAPPER_GO_MOD = "module wrapper\n\nrequire k8s.io/kubernetes v1.37.2\n\nreplace k8s.io/api => k8s.io/api v0.37.2\n"
+
+
+def tidied(*extra: str) -> str:
+    lines = ["\tk8s.io/kubernetes v1.37.2", "\tgithub.com/spf13/cobra v1.10.2 // indirect", "\tk8s.io/api v0.37.2"]
+    lines += ["\tgo.opentelemetry.io/otel v1.40.0 // indirect", *extra]
+    return "module wrapper\n\nrequire (\n" + "\n".join(lines) + "\n)\n\nreplace k8s.io/api => k8s.io/api v0.37.2\n"
+
+
+def test_a_resolution_at_upstreams_versions_has_nothing_floated() -> None:
+    assert gobuild.requirements(UPSTREAM_GO_MOD) == {
+        "github.com/spf13/cobra": "v1.10.2",
+        "k8s.io/api": "v0.0.0",
+        "go.opentelemetry.io/otel": "v1.40.0",
+    }
+    assert gobuild.replaced(UPSTREAM_GO_MOD) == {"k8s.io/api"}
+    assert gobuild.floated(tidied(), UPSTREAM_GO_MOD, WRAPPER_GO_MOD) == {}
+
+
+def test_a_module_tidy_moved_or_added_is_named() -> None:
+    moved = tidied().replace("cobra v1.10.2", "cobra v1.11.0")
+    assert gobuild.floated(moved, UPSTREAM_GO_MOD, WRAPPER_GO_MOD) == {"github.com/spf13/cobra": ("v1.11.0", "v1.10.2")}
+    added = tidied("\texample.com/new v0.1.0 // indirect")
+    assert gobuild.floated(added, UPSTREAM_GO_MOD, WRAPPER_GO_MOD) == {"example.com/new": ("v0.1.0", None)}
+
+
+def test_a_build_whose_modules_floated_fails_before_building(
+    go: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resolved = tmp_path / "resolved.mod"
+    resolved.write_text(tidied().replace("cobra v1.10.2", "cobra v1.11.0"))
+    monkeypatch.setenv("TIDY_GO_MOD", str(resolved))
+    programs = {"kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver"}
+    with pytest.raises(BinaryError, match=r"github\.com/spf13/cobra v1\.11\.0 \(upstream: v1\.10\.2\)"):
+        build_programs(
+            tmp_path / "src", WRAPPER_GO_MOD, programs, tmp_path / "bin", env=gobuild.go_env(), upstream=UPSTREAM_GO_MOD
+        )
+    assert not any(call.startswith("build") for call in go.read_text().splitlines()), "nothing is built"
 
 
 def test_an_unreachable_checksum_database_is_retried_once_without_it(

@@ -5,7 +5,7 @@ import warnings
 
 from dra_driver.proto.gen.dra_health.v1alpha1 import api_pb2 as dra__health_dot_v1alpha1_dot_api__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
