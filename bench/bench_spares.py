@@ -99,7 +99,9 @@ def _faults(
 
 
 def _mode(plane: ControlPlane, api: client.ApiClient, scratch: Path, spares: int, job: str) -> Iterator[dict[str, Any]]:
-    extender_config = {"returnHoldSeconds": 60, "planTimeoutSeconds": 600}
+    # Spares granted to the training's priority; shares wide enough for its one spare in a rack.
+    grant = {"minPriority": PRIORITY, "maxDomainShare": 1.0, "maxClusterShare": 1.0}
+    extender_config = {"returnHoldSeconds": 60, "planTimeoutSeconds": 600, "spares": grant}
     with (
         fresh_namespace(api, "nativedra-spare") as leases,
         scheduler(plane, api, scratch, extender_config, leases) as extender,

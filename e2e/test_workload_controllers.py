@@ -47,7 +47,9 @@ def cluster(control_plane: ControlPlane) -> Iterator[ExtenderCluster]:
     started on it stay for the rest of the session (their webhooks answer as long as they run)."""
     root = Path(tempfile.mkdtemp(prefix="nd-wl-", dir="/tmp"))
     try:
-        with extender_cluster(root, {"planTimeoutSeconds": 600}, shared=control_plane) as harness:
+        # Spares granted to the JobSet's priority (100), one node of a 5-node rack.
+        spares = {"minPriority": 100, "maxDomainShare": 0.2, "maxClusterShare": 0.2}
+        with extender_cluster(root, {"planTimeoutSeconds": 600, "spares": spares}, shared=control_plane) as harness:
             for addon in (JOBSET, LWS):
                 start_addon(harness.plane, harness.api, addon)
             yield harness

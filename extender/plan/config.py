@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from extender.pods.model import HOLD_TIMEOUT_SECONDS, PLAN_BUDGET_SECONDS
+from extender.recover.grant import SparesGrant
 from nativedra.base.kube.names import DRIVER_NAME
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -76,6 +77,9 @@ class ExtenderConfig(BaseModel):
     # its LWS group is recreated) gets its healthy nodes kept for it this long, against pods and
     # gangs of equal or lower priority, and goes back to them and their domain. 0: off.
     return_hold_seconds: Annotated[int, Field(ge=0, le=3600)] = 60
+    # Who may have spare nodes kept for a running gang (nativedra.dev/spares), and how many: none
+    # unless granted here.
+    spares: SparesGrant = SparesGrant()
 
     @field_validator("topology_levels")
     @classmethod

@@ -49,6 +49,7 @@ from extender.preempt.preemption_plan import (
 )
 from extender.preempt.preemption_plan import decide as decide_preemption
 from extender.preempt.victim_index import VictimIndex
+from extender.recover.records import per_node_demand, spare_usage
 
 log = logging.getLogger(__name__)
 LEADER_LEASE = "nativedra-extender-preemption"
@@ -83,18 +84,23 @@ def kept_from(
     nodes: Mapping[str, Node],
 ) -> dict[str, Usage]:
     """What the preemptor must not count free: devices kept for other preemptors; the nodes kept for
-    returning gangs of its priority or higher, spares whole (evicting a borrower there would hand
-    the gang's spare to another); and the spares of running gangs of its own priority (evicting
-    their borrowers would free nothing it may take)."""
+    returning gangs of its priority or higher, spares at their full size (a vacated record keeps
+    only their free part, and evicting a borrower there would hand the gang's spare to another); and
+    the spares of running gangs of its own priority (evicting their borrowers would free nothing it
+    may take)."""
     kept = []
     for key, record in returns.items():
         if key == preemptor.key:
             continue
         if record.holds and record.priority >= preemptor.priority:
-            whole = {
-                name: Reserved(0, Usage(devices=set(nodes[name].devices))) for name in record.spares if name in nodes
+            needed = per_node_demand(record.nodes)
+            full = {
+                # A record that names no member's node (none left fit) keeps its spares whole.
+                name: Reserved(0, spare_usage(nodes[name], needed or len(nodes[name].devices), spare.usage.devices))
+                for name, spare in record.spares.items()
+                if name in nodes
             }
-            kept.append(dataclasses.replace(record, nodes={**record.nodes, **whole}))
+            kept.append(dataclasses.replace(record, nodes={**record.nodes, **full}))
         elif record.spares and not record.holds and record.priority == preemptor.priority:
             kept.append(dataclasses.replace(record, nodes=record.spares))
     return kept_usage([*reservations.values(), *kept])

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from extender.cluster.reservation import Reservation
 
 GANGS_VACATED = Counter(
     "nativedra_extender_gangs_vacated_total",
@@ -23,3 +27,24 @@ SPARE_NODES = Gauge(
     "nativedra_extender_gang_spare_nodes",
     "Spare nodes kept for running gangs (nativedra.dev/spares), lent to lower priority meanwhile",
 )
+HELD_DEVICES = Gauge(
+    "nativedra_extender_held_devices",
+    "Devices kept from others for gangs, per namespace: spare (running gangs' spares, lent to lower "
+    "priority) and return (the nodes of gangs that lost members, until they are whole again)",
+    ["namespace", "hold"],
+)
+
+
+def count_held(records: Iterable[Reservation]) -> None:
+    """Set the spare and held gauges from the return records (namespaces gone are dropped)."""
+    records = [kept for kept in records if kept.returning]
+    SPARE_NODES.set(sum(len(kept.spares) for kept in records if not kept.holds))
+    held: dict[tuple[str, str], int] = {}
+    for kept in records:
+        hold = "return" if kept.holds else "spare"
+        nodes = kept.nodes.values() if kept.holds else kept.spares.values()
+        key = (kept.preemptor.partition("/")[0], hold)
+        held[key] = held.get(key, 0) + sum(len(reserved.usage.devices) for reserved in nodes)
+    HELD_DEVICES.clear()
+    for (namespace, hold), devices in held.items():
+        HELD_DEVICES.labels(namespace, hold).set(devices)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import re
 from collections import Counter
 from collections.abc import Collection, Mapping
@@ -19,9 +20,10 @@ from enum import StrEnum
 
 from extender.cluster.reservation import Reservation, Reserved, return_lease_name
 from extender.cluster.view import ClusterView
-from extender.devices.node_usage import Node, Usage, allocated_results, usage_of
+from extender.devices.node_usage import Node, Usage, allocated_results, take, usage_of
 from extender.pods.keys import key_of
 from extender.pods.model import Gang
+from extender.recover.grant import SparesGrant
 
 
 def placed_usage(view: ClusterView, gang: Gang, driver: str) -> dict[str, Reserved]:
@@ -46,9 +48,10 @@ RETURNING_SOURCES = ("jobset", "lws", "native", "podgroup")  # gangs an object o
 SPARES = "nativedra.dev/spares"  # pod annotation (set on the template): spare nodes kept in the gang's domain
 
 
-def spares_asked(view: ClusterView, gang: Gang) -> tuple[int, str | None]:
-    """How many spare nodes the gang's pods ask for, and an error naming the pod and the annotation
-    when the value is not a whole number from 0 to the nodes the gang runs on (then none)."""
+def spares_asked(view: ClusterView, gang: Gang, grant: SparesGrant) -> tuple[int, str | None]:
+    """How many spare nodes the gang may have kept: what its pods ask for, within the admin's
+    `grant`; with a sentence naming the pod, the annotation and the limit when that is fewer than
+    asked (none for a value that is not a whole number from 0 to the nodes the gang runs on)."""
     for member in gang.members:
         pod = view.pods.get(key_of(member.pod))
         text = ((pod.obj.get("metadata") or {}).get("annotations") or {}).get(SPARES) if pod is not None else None
@@ -57,8 +60,58 @@ def spares_asked(view: ClusterView, gang: Gang) -> tuple[int, str | None]:
         bound = len({m.node for m in gang.placed}) or gang.size
         if not re.fullmatch(r"[0-9]{1,4}", text) or int(text) > bound:
             return 0, f"{SPARES} of pod {member.pod}: expected a whole number from 0 to {bound}, got {text!r}"
-        return int(text), None
+        asked = int(text)
+        refused = grant.refusal(member.pod.partition("/")[0], gang.priority) if asked else None
+        if refused is not None:
+            return 0, f"{SPARES} of pod {member.pod} asks for {asked}: {refused}"
+        if asked > grant.max_per_gang:
+            limit = f"the grant allows {grant.max_per_gang} per gang (extender config spares.maxPerGang)"
+            return grant.max_per_gang, f"{SPARES} of pod {member.pod} asks for {asked}: {limit}"
+        return asked, None
     return 0, None
+
+
+def spare_usage(node: Node, count: int, first: Collection[str] = (), last: Collection[str] = ()) -> Usage:
+    """`count` devices of `node`, one per GPU (no fraction or share, no two drawing on one counter
+    set), with what they consume: a spare sized by its gang's per-node demand, not the whole node,
+    whose other devices stay free for anyone. The devices in `first` (those it kept) come first,
+    those in `last` (in use) last."""
+    chosen, drawn = Usage(), set[str]()
+    for device in sorted(node.devices.values(), key=lambda d: (d.name not in first, d.name in last, d.name)):
+        if len(chosen.devices) >= count:
+            break
+        if device.multi or device.part or drawn & set(device.counter_sets):
+            continue
+        drawn |= set(device.counter_sets)
+        take(chosen, device)
+    return chosen
+
+
+def per_node_demand(placed: Mapping[str, Reserved]) -> int:
+    """The devices the gang holds on its busiest node: what a spare keeps for it."""
+    return max((len(reserved.usage.devices) for reserved in placed.values() if reserved.slots), default=0)
+
+
+def spare_room(
+    view: ClusterView, domain_nodes: Collection[str], held: Collection[str], grant: SparesGrant, where: str
+) -> tuple[int, str]:
+    """How many more spares the grant's shares leave in the gang's domain and the cluster, given
+    the spare nodes `held` by every gang; and the limit that bounds it, named."""
+    in_domain = len(set(held) & set(domain_nodes))
+    domain_cap = math.floor(grant.max_domain_share * len(domain_nodes))
+    cluster_cap = math.floor(grant.max_cluster_share * len(view.nodes))
+    by_domain = (
+        domain_cap - in_domain,
+        f"spares.maxDomainShare {grant.max_domain_share} of the {len(domain_nodes)} node(s) of {where}: "
+        f"{domain_cap}, {in_domain} kept already",
+    )
+    by_cluster = (
+        cluster_cap - len(held),
+        f"spares.maxClusterShare {grant.max_cluster_share} of the cluster's {len(view.nodes)} node(s): "
+        f"{cluster_cap}, {len(held)} kept already",
+    )
+    room, limit = min(by_domain, by_cluster)
+    return max(0, room), limit
 
 
 def choose_spares(
@@ -69,37 +122,44 @@ def choose_spares(
     asked: int,
     levels: tuple[str, ...],
     taken: Collection[str],
-) -> dict[str, Reserved]:
+    grant: SparesGrant,
+    held: Collection[str] = (),
+) -> tuple[dict[str, Reserved], str | None]:
     """Up to `asked` nodes in the gang's domain (the narrowest of `levels` its nodes share; the
-    cluster when they share none) to keep as spares: none of the gang's, none in `taken` (kept for
-    another gang), as many devices as the gang's busiest node, and no pod of the gang's priority or
-    higher on it (a spare is lent only to pods its gang may preempt). Healthy ones first, the
-    emptiest first; then one with a tainted device (the node the gang just left): kept, it is not
-    taken by work of the gang's priority once healed. Each keeps every device of the node, with no
-    member slot."""
+    cluster when they share none) to keep as spares, within the shares of the domain and the cluster
+    the grant leaves besides the spares `held` already: none of the gang's, none in `taken` (kept for
+    another gang), room for the gang's busiest node, and no pod of the gang's priority or higher on
+    it (a spare is lent only to pods its gang may preempt). Healthy ones first, the emptiest first;
+    then one with a tainted device (the node the gang just left): kept, it is not taken by work of
+    the gang's priority once healed. Each keeps as many GPUs as the gang's busiest node holds, with
+    no member slot. With the limit named when it allowed fewer than asked."""
     level = _shared_level(list(placed), view.nodes, levels)
     domain = _value(list(placed), view.nodes, level) if level is not None else None
-    needed = max((len(reserved.usage.devices) for reserved in placed.values()), default=0)
+    in_domain = [name for name, node in view.nodes.items() if level is None or node.labels.get(level) == domain]
+    room, limit = spare_room(view, in_domain, held, grant, f"{level} {domain}" if level else "the cluster")
+    needed = per_node_demand(placed)
     priority = gang.priority
     outranked = {
         pod.node for pod in view.pods.values() if pod.node and pod.priority >= priority and not pod.terminating
     }
-    candidates = [
-        node
-        for name, node in view.nodes.items()
-        if name not in placed
-        and name not in taken
-        and name not in outranked
-        and (level is None or node.labels.get(level) == domain)
-        and len(node.devices) >= needed
-    ]
+    excluded = set(placed) | set(taken) | outranked
+    candidates = [view.nodes[n] for n in in_domain if n not in excluded and len(view.nodes[n].devices) >= needed]
 
     def order(node: Node) -> tuple[bool, int, str]:
         tainted = any(device.tainted for device in node.devices.values())
         return tainted, len(view.usage[node.name].devices) if node.name in view.usage else 0, node.name
 
     candidates.sort(key=order)
-    return {node.name: Reserved(0, Usage(devices=set(node.devices))) for node in candidates[:asked]}
+    chosen = {
+        node.name: Reserved(0, spare_usage(node, needed, last=_busy(view, node.name)))
+        for node in candidates[: min(asked, room)]
+    }
+    return chosen, (limit if room < asked else None)
+
+
+def _busy(view: ClusterView, name: str) -> set[str]:
+    usage = view.usage.get(name)
+    return usage.devices if usage is not None else set()
 
 
 def owner(key: str) -> tuple[str, str, str]:

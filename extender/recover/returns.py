@@ -19,11 +19,10 @@ from kubernetes import client
 from extender.cluster.reservation import Reservation, Reserved, lease_body
 from extender.cluster.state import NATIVE_KINDS
 from extender.cluster.view import ClusterView
-from extender.devices.node_usage import Usage
 from extender.pods.keys import key_of
 from extender.pods.model import Gang
 from extender.preempt.duty import API_TIMEOUT_S, CONFLICT, NOT_FOUND, LeaderDuty
-from extender.recover.metrics import GANG_RECOVERY_SECONDS, GANG_RETURNS, GANGS_VACATED, SPARE_NODES
+from extender.recover.metrics import GANG_RECOVERY_SECONDS, GANG_RETURNS, GANGS_VACATED, count_held
 from extender.recover.records import (
     RETURNING_SOURCES,
     Step,
@@ -33,8 +32,10 @@ from extender.recover.records import (
     next_step,
     outcome,
     owner,
+    per_node_demand,
     placed_usage,
     record,
+    spare_usage,
     spares_asked,
     vacated,
     whole,
@@ -76,7 +77,7 @@ class Returns(LeaderDuty):
         gangs = {gang.ref.key: gang for gang in self.plans.gangs(view)}
         for key, kept in list(view.returns.items()):
             self._each(key, functools.partial(self._tend, view, gangs.get(key), kept, now))
-        SPARE_NODES.set(sum(len(kept.spares) for kept in view.returns.values() if not kept.holds))
+        count_held(view.returns.values())
         if not self.hold_seconds:
             return  # returns off: records left from before are let go, none is written
         for key, gang in gangs.items():
@@ -129,14 +130,19 @@ class Returns(LeaderDuty):
         steps find most gangs where their record says, and read no claim. Spares it asks for and
         lacks are looked for again each step, written only once one is found."""
         members = members_of(view, gang)
-        asked, error = spares_asked(view, gang)
+        asked, error = spares_asked(view, gang, self.config.spares)
         if earlier is not None and not earlier.holds and earlier.members == members:
             slots = Counter(member.node for member in gang.placed if member.node in view.nodes)
             ran = {name: reserved for name, reserved in earlier.nodes.items() if reserved.slots}
             if {name: reserved.slots for name, reserved in ran.items()} == dict(slots) and (
-                len(earlier.spares) >= asked
-                or not self._look_again(gang.ref.key, now)
-                or len(self._spares(view, gang, earlier, ran, asked)) <= len(earlier.spares)
+                len(earlier.spares) == asked
+                or (
+                    len(earlier.spares) < asked
+                    and (
+                        not self._look_again(gang.ref.key, now)
+                        or len(self._spares(view, gang, earlier, ran, asked)[0]) <= len(earlier.spares)
+                    )
+                )
             ):
                 return
         placed = placed_usage(view, gang, self.config.driver)
@@ -145,17 +151,22 @@ class Returns(LeaderDuty):
                 self._delete(earlier, f"gang {gang.ref.key} holds no devices")
             return
         if error is not None and earlier is None:
-            log.warning("gang %s: %s; no spare is kept for it", gang.ref.key, error)
+            log.warning("gang %s: %s; %d spare(s) kept for it", gang.ref.key, error, asked)
             for member in gang.placed[:1]:
                 self._event(view, member.pod, "GangSparesRefused", error)
-        spares = self._spares(view, gang, earlier, placed, asked) if asked else {}
+        spares, limit = self._spares(view, gang, earlier, placed, asked) if asked else ({}, None)
         if len(spares) < asked:
             log.info(
-                "gang %s asks for %d spare node(s); %d free of work of its priority in its domain",
+                "gang %s may have %d spare node(s); %d kept: %s",
                 gang.ref.key,
                 asked,
                 len(spares),
+                limit or "no more free of work of its priority in its domain",
             )
+            if limit is not None and (earlier is None or len(earlier.spares) != len(spares)):
+                told = f"{len(spares)} of {asked} spare(s) kept: {limit}"
+                for member in gang.placed[:1]:
+                    self._event(view, member.pod, "GangSparesLimited", told)
         self._write(
             record(
                 gang, placed, priority=gang.priority, now=now, hold=self.hold_seconds, members=members, spares=spares
@@ -179,20 +190,33 @@ class Returns(LeaderDuty):
         earlier: Reservation | None,
         placed: dict[str, Reserved],
         asked: int,
-    ) -> dict[str, Reserved]:
-        """Its spares: those it keeps already, then new ones, none kept for another gang."""
-        # Whole nodes again: a vacated record kept only what was free of them.
+    ) -> tuple[dict[str, Reserved], str | None]:
+        """Its spares: those it keeps already, then new ones, none kept for another gang, within the
+        grant's shares; with the limit that allowed fewer, if one did."""
+        # Sized again: a vacated record kept only what was free of them.
+        needed, kept = per_node_demand(placed), earlier.spares if earlier else {}
+        busy = {name: usage.devices for name, usage in view.usage.items() if name in kept}
         own = {
-            name: Reserved(0, Usage(devices=set(view.nodes[name].devices)))
-            for name in (earlier.spares if earlier else {})
+            name: Reserved(0, spare_usage(view.nodes[name], needed, reserved.usage.devices, busy.get(name, ())))
+            for name, reserved in kept.items()
             if name not in placed and name in view.nodes
         }
         if len(own) >= asked:
-            return dict(list(own.items())[:asked])
-        taken = {name for key, other in view.returns.items() if key != gang.ref.key for name in other.nodes}
-        levels = self.config.topology_levels
-        more = choose_spares(view, gang, placed, asked=asked - len(own), levels=levels, taken=taken | set(own))
-        return {**own, **more}
+            return dict(list(own.items())[:asked]), None
+        others = [other for key, other in view.returns.items() if key != gang.ref.key]
+        taken = {name for other in others for name in other.nodes}
+        held = {name for other in others for name in other.spares} | set(own)
+        more, limit = choose_spares(
+            view,
+            gang,
+            placed,
+            asked=asked - len(own),
+            levels=self.config.topology_levels,
+            taken=taken | set(own),
+            grant=self.config.spares,
+            held=held,
+        )
+        return {**own, **more}, limit
 
     def _owner_exists(self, key: str) -> bool:
         """Asked of the API for an owner the extender does not watch (a LeaderWorkerSet); one that
