@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import operator
 import threading
 import time
@@ -43,13 +44,20 @@ def _held_nodes(
     cluster: ClusterPlan, view: ClusterView, demand: Demand, names: list[str], matcher: Matcher, *, priority: int = 0
 ) -> dict[str, str]:
     """Nodes of `names` where `demand` fits only in capacity held for gangs, with why. Only held
-    nodes can fail, and they are few (the pending gangs' slots) against 5,000 names. A returning
-    gang's nodes are kept from pods of equal or lower `priority` only."""
+    nodes can fail, and they are few (the pending gangs' slots) against 5,000 names. What is held or
+    kept for a gang is kept from pods of equal or lower `priority` only."""
     asked = set(names)
     failed = {}
     for name, holders in cluster.holders.items():
         node = view.nodes.get(name)
-        if holders and node is not None and name in asked and place(node, cluster.held[name], demand, matcher) is None:
+        outranked = all(cluster.priorities.get(holder, math.inf) < priority for holder in holders)
+        if (
+            holders
+            and not outranked
+            and node is not None
+            and name in asked
+            and place(node, cluster.held[name], demand, matcher) is None
+        ):
             failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
     # Devices kept for preemptors and returning gangs are in the view's usage (a plan may be older
     # than the view).

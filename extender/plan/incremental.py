@@ -294,6 +294,7 @@ class IncrementalPlanning(Planning):
             result.valid_until,
             result.base,
             result.kept_for_lost,
+            result.priorities,
             memo=memo,
         )
 

@@ -46,6 +46,8 @@ class ClusterPlan:
     # Gangs whose records keep nothing yet whose nodes it kept, having seen them lose members: the
     # record going (the leader let it go) must be planned anew, although no usage moved.
     kept_for_lost: frozenset[str] = frozenset()
+    # Each holding gang's priority: what it holds is held from pods of equal or lower priority only.
+    priorities: Mapping[str, int] = field(default_factory=dict)
 
     def made_on(self, usage: dict[str, Usage]) -> bool:
         """Whether this plan was made on `usage` (the very mapping): then `held` differs from it only
@@ -821,7 +823,8 @@ class Planning:
             after_active.update(changed)
             self.domains.applied(after_active, changed)
         valid_until = min((c.since + self.limits.timeout for c in after.values() if not c.expired), default=math.inf)
-        return ClusterPlan(plans, held, dict(holders), after, valid_until, self.usage, kept_for_lost)
+        priorities = {key: kept.priority for key, kept in self.returns.items()} | {g.ref.key: g.priority for g in gangs}
+        return ClusterPlan(plans, held, dict(holders), after, valid_until, self.usage, kept_for_lost, priorities)
 
 
 def plan_cluster(

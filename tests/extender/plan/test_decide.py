@@ -67,6 +67,20 @@ def test_a_plain_pod_is_refused_nodes_held_for_a_gang_and_told_which() -> None:
     assert failed == {name: f"the free devices on {name} are held for gang(s) ns/gang:g" for name in ("r-0", "r-1")}
 
 
+def test_capacity_held_for_a_gang_is_held_from_equal_and_lower_priority_only() -> None:
+    """On 424026c a pending gang's slots refused a pod of any priority, higher ones too."""
+    members = [member("g-0", "g", 2), member("g-1", "g", 2)]
+    for body in members:
+        body["spec"]["priority"] = 10
+    cluster = gang_view({"r": 3}, members)
+    names = sorted(cluster.nodes)
+    for priority, passing_nodes in ((0, ["r-2"]), (10, ["r-2"]), (100, names)):
+        single = pod(f"single-{priority}", template="one", created=CREATED)
+        single["spec"]["priority"] = priority
+        passing, failed, _ = Decider(ExtenderConfig()).filter(cluster, single, names, now=SOON_AFTER)
+        assert passing == passing_nodes, (priority, failed)
+
+
 def test_a_pod_whose_template_is_not_seen_yet_waits() -> None:
     cluster = gang_view({"r": 2}, [])
     names = sorted(cluster.nodes)
