@@ -30,6 +30,7 @@ from nativedra.base.kube.resources import (
     COSCHEDULING_POD_GROUPS,
     DEVICE_CLASSES,
     JOBSETS,
+    KUEUE_WORKLOADS,
     NATIVE_POD_GROUPS,
     NATIVE_POD_GROUPS_V1ALPHA2,
     RESOURCE_CLAIM_TEMPLATES,
@@ -51,6 +52,7 @@ CUSTOM_RESOURCES: dict[str, Resource] = {
             DEVICE_CLASSES,
             COSCHEDULING_POD_GROUPS,
             JOBSETS,
+            KUEUE_WORKLOADS,
         )
     },
     NATIVE_KINDS[0]: NATIVE_POD_GROUPS,
@@ -67,6 +69,7 @@ ABSENT_MEANS = {
     "nativepodgroups-v1alpha2": "Kubernetes 1.36's native PodGroups are not read (1.37 serves v1beta1 instead)",
     "poddisruptionbudgets": "preemption counts no PodDisruptionBudget (the Eviction API still enforces them)",
     "preemptions": "no devices are kept for preemptors (Leases in the extender's namespace)",
+    "workloads": "no pod is proven Kueue's: every pod may be a victim of preemption, Kueue labels or not",
 }
 OPTIONAL_KIND_RETRY_S = 5.0  # a JobSet created right after its CRD waits at most this long
 WATCH_SECONDS = 300  # the server ends each watch after this; it is resumed, not re-listed

@@ -31,6 +31,7 @@ from extender.pods.asked import GangSources
 from extender.pods.facts import PodFacts
 from extender.pods.gang import JobSetShape, NativeGroup
 from extender.pods.keys import Key, object_key
+from extender.pods.kueue import admitted_owners, workload_summary
 from extender.pods.node_admission import NodeAdmission, Requests
 from nativedra.base.gcutil.collector import freeze_survivors
 
@@ -57,7 +58,7 @@ class ClusterState:
     )
     # PodDisruptionBudgets and the preemption Leases (in the extender's namespace) only matter to
     # preemption: without them it counts no budget, and keeps no devices.
-    OPTIONAL_KINDS = ("podgroups", "jobsets", *NATIVE_KINDS, "poddisruptionbudgets", "preemptions")
+    OPTIONAL_KINDS = ("podgroups", "jobsets", *NATIVE_KINDS, "poddisruptionbudgets", "preemptions", "workloads")
     KINDS = REQUIRED_KINDS + OPTIONAL_KINDS
 
     def __init__(self, driver: str) -> None:
@@ -71,6 +72,8 @@ class ClusterState:
         self._absent: set[str] = set()  # optional kinds the API does not serve (or lets us read)
         # The native PodGroups as the planner reads them, kept until one changes.
         self._native: dict[Key, NativeGroup] | None = None
+        # The admitted Kueue Workloads' owners, kept until a Workload changes.
+        self._admitted: frozenset[tuple[str, str]] | None = None
         self._devices = DeviceIndex(driver)
         self._room = NodeRoom()
         self._journal = Journal()
@@ -221,6 +224,8 @@ class ClusterState:
         self._snapshots.pop(kind, None)
         if kind in NATIVE_KINDS:
             self._native = None
+        if kind == "workloads":
+            self._admitted = None
         self._view = None
         if kind in ("resourceclaims", "resourceclaimtemplates"):
             self._members.object_changed(kind, key)
@@ -239,6 +244,8 @@ class ClusterState:
                 self._forget(kind, key)
                 return
             self._pod_facts[key] = facts
+        if kind == "workloads":
+            obj = workload_summary(obj)
         old = self.objects[kind].get(key)
         self.objects[kind][key] = obj
         self._changed(kind, key)
@@ -298,6 +305,11 @@ class ClusterState:
             }
         return self._native
 
+    def _kueue_admitted(self) -> frozenset[tuple[str, str]]:
+        if self._admitted is None:
+            self._admitted = admitted_owners(self.objects["workloads"].values())
+        return self._admitted
+
     def view(self) -> ClusterView:
         """The view at the current version: the same object until something changes; mappings of
         kinds that did not change are shared with the previous view."""
@@ -333,6 +345,7 @@ class ClusterState:
                 reservations={r.preemptor: r for r in self._devices.reservations.values() if not r.returning},
                 returns={r.preemptor: r for r in self._devices.reservations.values() if r.returning},
                 budgets=self._snapshot("poddisruptionbudgets"),
+                kueue_admitted=self._kueue_admitted(),
                 unjournaled_version=self._journal.unjournaled_version,
                 changes=lambda since: self.changes(since, version),
             )

@@ -46,6 +46,8 @@ class ClusterView:
     # preemption's.
     returns: Mapping[str, Reservation] = field(default_factory=dict)
     budgets: Mapping[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # The owners of the Workloads Kueue admitted (extender.pods.kueue): their pods are never victims.
+    kueue_admitted: frozenset[tuple[str, str]] = frozenset()
     # Bumped by every change to a kind the journal below does not name (classes, JobSets, PodGroups,
     # a whole kind re-listed): equal numbers mean only journaled kinds changed in between.
     unjournaled_version: int = 0

@@ -18,10 +18,16 @@ extender places admitted pods. So:
   Kueue's decision (its own preemption, cohort reclaim, fair sharing), and a Kueue-admitted pod that
   waits for devices is waiting for the workload Kueue evicted to leave. Evicting other pods for it
   would undo decisions Kueue made for the same quota.
+- Nor does it evict a pod Kueue admitted, but that is proven, not read from labels any user can
+  write: the pod must belong to a Workload whose status says Admitted (a status only Kueue writes).
+  It belongs when one of the Workload's owners, in the pod's namespace, is the pod itself (Kueue's
+  pod groups), the pod's controller (a Job), or the JobSet or LeaderWorkerSet its labels name.
+  Without an admitted Workload a pod labelled as Kueue's is an ordinary victim.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
@@ -43,6 +49,11 @@ TOPOLOGY_ANNOTATIONS = (
     "kueue.x-k8s.io/podset-unconstrained-topology",
 )
 HOSTNAME = "kubernetes.io/hostname"
+JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+# (namespace, identity): an owner by UID ("uid:<uid>") or by kind and name ("<Kind>/<name>").
+Owner = tuple[str, str]
 
 
 def gated_by_kueue(pod: dict[str, Any]) -> bool:
@@ -68,3 +79,47 @@ def pinned_by_kueue(pod: dict[str, Any]) -> bool:
     if not any(key in annotations for key in TOPOLOGY_ANNOTATIONS) or not managed_by_kueue(pod):
         return False
     return HOSTNAME in ((pod.get("spec") or {}).get("nodeSelector") or {})
+
+
+def workload_summary(workload: dict[str, Any]) -> dict[str, Any]:
+    """What the proof reads of a Workload (its owners, whether admitted), so that the pod templates
+    a Workload carries are not kept in memory."""
+    metadata = workload.get("metadata") or {}
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    admitted = any(c.get("type") == "Admitted" and c.get("status") == "True" for c in conditions)
+    kept = {key: metadata[key] for key in ("name", "namespace", "uid", "ownerReferences") if key in metadata}
+    return {"metadata": kept, "status": {"admitted": admitted}}
+
+
+def admitted_owners(workloads: Iterable[dict[str, Any]]) -> frozenset[Owner]:
+    """The owners, by UID and by kind and name, of the admitted Workloads (each as summarized)."""
+    owners: set[Owner] = set()
+    for workload in workloads:
+        if not (workload.get("status") or {}).get("admitted"):
+            continue
+        metadata = workload.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        for ref in metadata.get("ownerReferences") or []:
+            owners.add((namespace, f"uid:{ref.get('uid')}"))
+            owners.add((namespace, f"{ref.get('kind')}/{ref.get('name')}"))
+    return frozenset(owners)
+
+
+def _identities(pod: dict[str, Any]) -> list[str]:
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    found = [f"uid:{metadata.get('uid')}"]
+    found += [f"uid:{ref.get('uid')}" for ref in metadata.get("ownerReferences") or [] if ref.get("controller")]
+    if JOBSET_UID in labels:
+        found.append(f"uid:{labels[JOBSET_UID]}")
+    if JOBSET_NAME in labels:
+        found.append(f"JobSet/{labels[JOBSET_NAME]}")
+    if LWS_NAME in labels:
+        found.append(f"LeaderWorkerSet/{labels[LWS_NAME]}")
+    return found
+
+
+def admitted_by_kueue(pod: dict[str, Any], admitted: frozenset[Owner]) -> bool:
+    """The pod belongs to a Workload Kueue admitted (see the module docstring): never a victim."""
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    return any((namespace, identity) in admitted for identity in _identities(pod))

@@ -21,6 +21,7 @@ from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Node, allocated_results, partner_name
 from extender.pods.facts import PodFacts
 from extender.pods.keys import Key, key_of, name_of
+from extender.pods.kueue import admitted_by_kueue
 from extender.preempt.victims import NOTHING, PRIORITY_OFFSET
 
 CostFields = tuple[int, int, int, int, float]  # a `Cost` as a plain tuple: sorts and compares fast
@@ -59,8 +60,10 @@ class Holder:
     gone: bool  # being deleted or finished: its devices count as free
 
     @classmethod
-    def of(cls, pod: PodFacts) -> Holder:
-        return cls(pod.name, pod.priority, pod.started, pod.managed_by_kueue, pod.terminating or pod.finished)
+    def of(cls, pod: PodFacts, admitted: frozenset[tuple[str, str]]) -> Holder:
+        """`admitted`: the owners of Kueue's admitted Workloads; a Kueue label alone proves nothing."""
+        kueue = pod.managed_by_kueue and admitted_by_kueue(pod.obj, admitted)
+        return cls(pod.name, pod.priority, pod.started, kueue, pod.terminating or pod.finished)
 
 
 @dataclass
@@ -107,9 +110,13 @@ class VictimIndex:
         self._nodes: Mapping[str, Node] | None = None
         self._partner_nodes: dict[str, str] = {}
         self._holders: dict[str, _NodeHolders] = {}
+        self._admitted: frozenset[tuple[str, str]] = frozenset()
 
     def update(self, view: ClusterView) -> None:
         changes = view.changes(self.version) if self.version is not None else None
+        if view.kueue_admitted is not self._admitted:
+            self._admitted = view.kueue_admitted
+            changes = None  # who is Kueue's changed: every holder is read again
         if changes is None:
             self._rebuild(view)
         else:
@@ -197,7 +204,7 @@ class VictimIndex:
             self.pods.pop(key, None)
             self.gone.discard(name)
         else:
-            facts = self.pods[key] = Holder.of(pod)
+            facts = self.pods[key] = Holder.of(pod, self._admitted)
             if facts.gone:
                 self.gone.add(name)
             else:

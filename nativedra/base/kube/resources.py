@@ -123,6 +123,7 @@ RESOURCE_CLAIM_TEMPLATES = Resource(
 )
 DEVICE_CLASSES = Resource(DRA_GROUP, DRA_VERSION, "deviceclasses", "DeviceClass", namespaced=False)
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", namespaced=True)
+KUEUE_WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload", namespaced=True)
 LEADER_WORKER_SETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", namespaced=True)
 COSCHEDULING_POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True)
 # Kubernetes' own PodGroups (native gang scheduling): beta in 1.37, alpha (v1alpha2) in 1.36; both

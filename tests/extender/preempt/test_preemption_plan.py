@@ -48,6 +48,7 @@ class Cluster:
         self.pods: list[dict[str, Any]] = []
         self.claims: list[dict[str, Any]] = []
         self.free = {name: list(GPUS) for name in nodes}
+        self.workloads: list[dict[str, Any]] = []  # Kueue's
 
     def run(
         self, name: str, node: str, gpus: int, priority: int, *, labels: dict[str, str] | None = None, started: int = 0
@@ -106,6 +107,7 @@ class Cluster:
             "deviceclasses": [GPU_CLASS, *(extra_classes or [])],
             "podgroups": [],
             "jobsets": jobsets or [],
+            "workloads": self.workloads,
         }
         for kind, items in objects.items():
             state.replace(kind, json.loads(json.dumps(items)))

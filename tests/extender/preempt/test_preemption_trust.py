@@ -91,14 +91,35 @@ def test_a_node_without_cpu_for_the_preemptor_once_the_victims_are_gone_is_skipp
     assert list(decision.reserved) == ["a"]
 
 
-def test_kueue_managed_pods_are_never_victims() -> None:
+def _workload(pods: list[dict[str, Any]], admitted: bool) -> dict[str, Any]:
+    """A Workload of Kueue's pod groups: owned by its pods, admitted or not (Kueue writes its status)."""
+    owners = [{"kind": "Pod", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]} for p in pods]
+    condition = {"type": "Admitted", "status": "True" if admitted else "False"}
+    return {
+        "metadata": {"name": "wl", "namespace": NS, "uid": "wl-uid", "ownerReferences": owners},
+        "spec": {"podSets": [{"name": "main", "count": len(pods), "template": {"spec": {}}}]},
+        "status": {"conditions": [condition]},
+    }
+
+
+def test_kueue_admitted_pods_are_never_victims_and_a_kueue_label_alone_proves_nothing() -> None:
+    """On 424026c the label alone made node a's pods immune: any namespace user can write it."""
     cluster = Cluster({"a": {}, "b": {}})
     cluster.fill({"a": 0}, labels={"kueue.x-k8s.io/queue-name": "team-a"})
     cluster.fill({"b": 10})
-    decision = _decide(cluster, cluster.wait("big", 8, 100))
-    assert isinstance(decision, Decision)
-    assert list(decision.reserved) == ["b"]
+    waiting = cluster.wait("big", 8, 100)
+    decision = _decide(cluster, waiting)
+    assert isinstance(decision, Decision) and list(decision.reserved) == ["a"], "labelled, not admitted: a victim"
+    on_a = [p for p in cluster.pods if p["spec"].get("nodeName") == "a"]
+    cluster.workloads = [_workload(on_a, admitted=False)]
+    decision = _decide(cluster, waiting)
+    assert isinstance(decision, Decision) and list(decision.reserved) == ["a"], "a Workload not admitted proves nothing"
+    cluster.workloads = [_workload(on_a, admitted=True)]
+    decision = _decide(cluster, waiting)
+    assert isinstance(decision, Decision) and list(decision.reserved) == ["b"]
     assert all("/b" in pod for pod in decision.evicted)
+    stored = cluster.state.objects["workloads"][(NS, "wl")]
+    assert "spec" not in stored, "the pod templates a Workload carries are not kept"
 
 
 def test_a_gang_a_budget_would_split_is_no_victim_and_nothing_breaks_a_budget() -> None:
