@@ -5,7 +5,9 @@ mappings are replaced by updated copies (a view holds the old ones), and each ch
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import weakref
 from collections import defaultdict
 from collections.abc import Mapping
@@ -77,6 +79,9 @@ class DeviceIndex:
         self._dirty_usage: set[str] = set()
         # Devices kept for preemptors (extender.cluster.reservation), by Lease; added to their nodes' usage.
         self.reservations: dict[Key, Reservation] = {}
+        # Holds past their `expires` (by Lease), and the first moment another one lapses.
+        self._lapsed: set[Key] = set()
+        self._next_lapse = -math.inf
         # One usage object per value, while some node has it (see `_canonical`).
         self._usages: weakref.WeakValueDictionary[tuple[Any, ...], Usage] = weakref.WeakValueDictionary()
         # What the last view handed out, replaced (never changed) when something changed since.
@@ -118,6 +123,8 @@ class DeviceIndex:
                 self._dirty_usage.add(node)
 
     def lease_touched(self, key: Key, lease: dict[str, Any], stored: bool) -> None:
+        self._lapsed.discard(key)
+        self._next_lapse = -math.inf  # worked out again at the next `lapse`
         old = self.reservations.pop(key, None)
         if old is not None:
             self._dirty_usage.update(old.nodes)
@@ -130,6 +137,32 @@ class DeviceIndex:
             return
         self.reservations[key] = reservation
         self._dirty_usage.update(reservation.nodes)
+
+    def lapse(self, now: float) -> bool:
+        """Let the holds whose `expires` has passed go from usage, on every replica (the leader
+        deletes their Leases when it can); True when one did. Cheap when none is due."""
+        if now < self._next_lapse:
+            return False
+        due = [
+            key
+            for key, kept in self.reservations.items()
+            if key not in self._lapsed and kept.holds and kept.expires <= now
+        ]
+        for key in due:
+            self._lapsed.add(key)
+            self._dirty_usage.update(self.reservations[key].nodes)
+        self._next_lapse = min(
+            (kept.expires for key, kept in self.reservations.items() if key not in self._lapsed and kept.holds),
+            default=math.inf,
+        )
+        return bool(due)
+
+    def current(self) -> list[Reservation]:
+        """The reservations as decisions read them: a lapsed one says so, and holds nothing."""
+        return [
+            dataclasses.replace(kept, lapsed=True) if key in self._lapsed else kept
+            for key, kept in self.reservations.items()
+        ]
 
     # -- rebuilding ----------------------------------------------------------------------------------
 
@@ -196,8 +229,8 @@ class DeviceIndex:
 
     def _kept(self, node: str, usage: Usage) -> Usage:
         """`usage` with the devices kept on `node` for preemptors and returning gangs."""
-        for reservation in self.reservations.values():
-            reserved = reservation.nodes.get(node) if reservation.holds else None
+        for key, reservation in self.reservations.items():
+            reserved = reservation.nodes.get(node) if reservation.holds and key not in self._lapsed else None
             if reserved is not None:
                 usage = usage.plus(reserved.usage)
         return usage

@@ -75,6 +75,9 @@ class Reservation:
     returning: bool = False  # a gang's return record, not a preemption
     vacated: float | None = None  # a return record: when the gang lost members (unix seconds)
     members: str = ""  # a return record: a fingerprint of the pods it was written for
+    # Past `expires` as this replica's clock reads it: kept from no one any more, whether or not the
+    # leader has let its Lease go yet (a leader that cannot reach the API holds nothing for ever).
+    lapsed: bool = False
 
     @property
     def victim_pods(self) -> tuple[str, ...]:
@@ -87,9 +90,14 @@ class Reservation:
 
     @property
     def holds(self) -> bool:
-        """Whether its devices are kept from others: a preemption's always, a return record's only
-        once its gang has lost members."""
-        return not self.returning or self.vacated is not None
+        """Whether its devices are kept from others: a preemption's until it lapses, a return
+        record's only once its gang has lost members, until it lapses."""
+        return not self.lapsed and (not self.returning or self.vacated is not None)
+
+    @property
+    def running(self) -> bool:
+        """A return record of a gang that runs whole: it keeps only its spares."""
+        return self.returning and self.vacated is None
 
 
 def lease_name(preemptor: str) -> str:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from extender.cluster.device_index import DeviceIndex
@@ -61,8 +62,9 @@ class ClusterState:
     OPTIONAL_KINDS = ("podgroups", "jobsets", *NATIVE_KINDS, "poddisruptionbudgets", "preemptions", "workloads")
     KINDS = REQUIRED_KINDS + OPTIONAL_KINDS
 
-    def __init__(self, driver: str) -> None:
+    def __init__(self, driver: str, clock: Callable[[], float] = time.time) -> None:
         self.driver = driver
+        self.clock = clock  # when holds lapse (`Reservation.expires`, unix seconds)
         self.lock = threading.RLock()
         self.version = 0
         self.objects: dict[str, dict[Key, dict[str, Any]]] = {kind: {} for kind in self.KINDS if kind != SLICES}
@@ -314,6 +316,10 @@ class ClusterState:
         """The view at the current version: the same object until something changes; mappings of
         kinds that did not change are shared with the previous view."""
         with self.lock:
+            if self._devices.lapse(self.clock()):  # as an event would: a new version, usage rebuilt
+                self._journal.unjournaled()
+                self._view = None
+                self.version += 1
             if self._devices.rebuild(self.objects["nodes"], self._journal, self.version):
                 self._view = None
             if self._view is not None and self._view.version == self.version:
@@ -329,6 +335,7 @@ class ClusterState:
             sources = GangSources(classes, jobsets, pod_groups, native_groups, self.driver)
             claims, templates = self.objects["resourceclaims"], self.objects["resourceclaimtemplates"]
             members = self._members.refresh(claims, templates, sources)
+            kept = self._devices.current()
             self._view = ClusterView(
                 version=version,
                 nodes=self._devices.nodes_view,
@@ -342,8 +349,8 @@ class ClusterState:
                 native_groups=native_groups,
                 members=members,
                 affinity_pods=frozenset(self._affinity_pods),
-                reservations={r.preemptor: r for r in self._devices.reservations.values() if not r.returning},
-                returns={r.preemptor: r for r in self._devices.reservations.values() if r.returning},
+                reservations={r.preemptor: r for r in kept if not r.returning},
+                returns={r.preemptor: r for r in kept if r.returning},
                 budgets=self._snapshot("poddisruptionbudgets"),
                 kueue_admitted=self._kueue_admitted(),
                 unjournaled_version=self._journal.unjournaled_version,

@@ -79,7 +79,7 @@ def _held_nodes(
                     + why
                 )
     for kept in view.returns.values():  # running gangs' spares: kept from their own priority alone
-        if kept.holds or kept.priority != priority:
+        if not kept.running or kept.priority != priority:
             continue
         for name, spare in kept.spares.items():
             node = view.nodes.get(name)
@@ -190,7 +190,7 @@ class Decider:
             reason = f"waiting to see {', '.join(demand.unresolved)}"
             return [], dict.fromkeys(names, reason), RETRY
         reservation = view.reservations.get(ref.key if ref is not None else pod.name)
-        if reservation is not None:
+        if reservation is not None and reservation.holds:  # a lapsed one pins it to nothing
             return self._preempting(found.placed, reservation, names)
         if ref is None:
             return self._held_check(view, demand, names, now, pod.priority)

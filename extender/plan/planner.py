@@ -681,7 +681,7 @@ class Planning:
         self.holding = {key: kept for key, kept in self.returns.items() if kept.holds}
         # Running gangs' spares: kept from gangs of their priority alone (lent to lower priority,
         # which the gang may preempt; open to higher, which could take the gang's own nodes).
-        self.lent = {key: kept for key, kept in self.returns.items() if not kept.holds and kept.spares}
+        self.lent = {key: kept for key, kept in self.returns.items() if kept.running and kept.spares}
         self.back: dict[str, frozenset[str]] = {}  # per record, the nodes its gang has members on now
         self.now, self.limits, self.clock = now, limits, clock
         self.clocks = clocks or {}
@@ -775,7 +775,7 @@ class Planning:
         kept_for: set[str] = set()
         for key, kept in self.returns.items():
             gang = by_key.get(key)
-            if kept.holds or not lost_members(kept, gang):
+            if not kept.running or not lost_members(kept, gang):
                 continue
             fit = vacated(kept, self.nodes, self.now, 0, self.usage)
             if fit is None:

@@ -101,9 +101,9 @@ def kept_from(
                 if name in nodes
             }
             kept.append(dataclasses.replace(record, nodes={**record.nodes, **full}))
-        elif record.spares and not record.holds and record.priority == preemptor.priority:
+        elif record.spares and record.running and record.priority == preemptor.priority:
             kept.append(dataclasses.replace(record, nodes=record.spares))
-    return kept_usage([*reservations.values(), *kept])
+    return kept_usage([*(r for r in reservations.values() if r.holds), *kept])
 
 
 class Preemption(LeaderDuty):
@@ -133,7 +133,7 @@ class Preemption(LeaderDuty):
         blocked = frozenset(pod for pod, until in self._blocked.items() if until > now)
         budgets = [Budget.from_api(pdb) for pdb in view.budgets.values()]
         admission, requested = self.state.node_room()
-        kept = kept_usage(view.reservations.values())
+        kept = kept_usage(r for r in view.reservations.values() if r.holds)
         occupancy = Occupancy.of(view, self.config.driver, kept, admission, requested, index=self._index)
         for preemptor, pods in waiting:
             lent = kept_from(view.reservations, view.returns, preemptor, view.nodes)

@@ -38,9 +38,11 @@ HELD_DEVICES = Gauge(
 def count_held(records: Iterable[Reservation]) -> None:
     """Set the spare and held gauges from the return records (namespaces gone are dropped)."""
     records = [kept for kept in records if kept.returning]
-    SPARE_NODES.set(sum(len(kept.spares) for kept in records if not kept.holds))
+    SPARE_NODES.set(sum(len(kept.spares) for kept in records if kept.running))
     held: dict[tuple[str, str], int] = {}
     for kept in records:
+        if not kept.holds and not kept.running:
+            continue  # lapsed: kept from no one
         hold = "return" if kept.holds else "spare"
         nodes = kept.nodes.values() if kept.holds else kept.spares.values()
         key = (kept.preemptor.partition("/")[0], hold)

@@ -256,7 +256,7 @@ def next_step(kept: Reservation, gang: Gang | None, owner_expected: bool | None,
     before it vacates); `members`: `members_of` the gang now."""
     if finished(gang):
         return Step.FINISHED
-    if not kept.holds:
+    if kept.running:
         if gang is not None and whole(gang):
             recreated = bool(kept.members) and members != kept.members
             return Step.RETURNED if recreated else Step.RECORD

@@ -131,7 +131,7 @@ class Returns(LeaderDuty):
         lacks are looked for again each step, written only once one is found."""
         members = members_of(view, gang)
         asked, error = spares_asked(view, gang, self.config.spares)
-        if earlier is not None and not earlier.holds and earlier.members == members:
+        if earlier is not None and earlier.running and earlier.members == members:
             slots = Counter(member.node for member in gang.placed if member.node in view.nodes)
             ran = {name: reserved for name, reserved in earlier.nodes.items() if reserved.slots}
             if {name: reserved.slots for name, reserved in ran.items()} == dict(slots) and (

@@ -101,8 +101,10 @@ def test_a_lease_that_cannot_be_read_is_refused_naming_it_and_the_field(change: 
     assert named in str(raised.value)
 
 
-def _state() -> tuple[ClusterState, dict[str, Any], dict[str, Any]]:
-    """Two nodes of 8 GPUs, node a running a 6-GPU pod; an 8-GPU pod and a 2-GPU pod waiting."""
+def _state(now: list[float] | None = None) -> tuple[ClusterState, dict[str, Any], dict[str, Any]]:
+    """Two nodes of 8 GPUs, node a running a 6-GPU pod; an 8-GPU pod and a 2-GPU pod waiting. The
+    state's clock reads `now[0]` (default: inside `_reservation`'s hold, 1,000 to 1,120)."""
+    now = now or [1_060.0]
     nodes, slices = builders.node_objects({"a": {}, "b": {}})
     six, eight, two = (claim_template(f"t{n}", n, namespace=NS) for n in (6, 8, 2))
     running, running_claim = claimed_pod("running", six, NS)
@@ -112,7 +114,7 @@ def _state() -> tuple[ClusterState, dict[str, Any], dict[str, Any]]:
     )["status"]
     big, big_claim = claimed_pod("big", eight, NS)
     small, small_claim = claimed_pod("small", two, NS)
-    state = ClusterState(DRIVER)
+    state = ClusterState(DRIVER, clock=lambda: now[0])
     objects = {
         "nodes": nodes,
         "resourceslices": slices,
@@ -126,6 +128,28 @@ def _state() -> tuple[ClusterState, dict[str, Any], dict[str, Any]]:
     for kind, items in objects.items():
         state.replace(kind, copy.deepcopy(items))
     return state, big, small
+
+
+def test_every_replica_lets_a_hold_go_at_its_expiry_without_the_leader() -> None:
+    """On 424026c a hold lasted until the leader deleted its Lease: a leader unable to reach the API
+    kept the devices from everyone indefinitely."""
+    now = [1_060.0]
+    state, big, small = _state(now)
+    lease = _lease(_reservation({"a": Reserved(1, Usage({f"gpu-{i}" for i in range(8)}))}))
+    state.apply("ADDED", "preemptions", lease)
+    held = state.view()
+    assert held.usage["a"].devices == {f"gpu-{i}" for i in range(8)} and held.reservations[f"{NS}/big"].holds
+    now[0] = 1_120.0  # its expiry; no event arrives
+    lapsed = state.view()
+    assert lapsed.version > held.version, "a new view, as for an event"
+    assert lapsed.usage["a"].devices == {f"gpu-{i}" for i in range(2, 8)}, "the kept GPUs are free again"
+    kept = lapsed.reservations[f"{NS}/big"]
+    assert kept.lapsed and not kept.holds, "still listed (the leader deletes it), kept from no one"
+    decider = Decider(ExtenderConfig())
+    assert decider.filter(lapsed, big, ["a", "b"], now=1_121.0)[0] == ["b"], "the preemptor is pinned to nothing"
+    assert decider.filter(lapsed, small, ["a", "b"], now=1_121.0)[0] == ["a", "b"], "node a's GPUs are anyone's"
+    state.apply("MODIFIED", "preemptions", _lease(_reservation({"a": Reserved(1, Usage({"gpu-0"}))})))
+    assert state.view().usage["a"].devices == {f"gpu-{i}" for i in range(2, 8)}, "same expiry: lapsed at once"
 
 
 def test_every_replicas_state_counts_kept_devices_as_used_until_the_lease_goes() -> None:

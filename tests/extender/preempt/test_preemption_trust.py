@@ -207,7 +207,7 @@ def test_devices_kept_for_a_mig_preemptor_keep_a_fraction_off_their_gpu_in_every
     end; a fraction of another GPU still is."""
     inventory = load_profile(resolve_profile("h100-8x"))
     specs = build_slices(inventory, PublishConfig(mig_or_fractions=True), "n")
-    state = ClusterState(DRIVER)
+    state = ClusterState(DRIVER, clock=lambda: 5.0)  # within the hold below (0 to 9)
     state.replace("nodes", [{"metadata": {"name": "n"}}])
     state.replace("resourceslices", [{"metadata": {"name": f"n-{i}"}, "spec": spec} for i, spec in enumerate(specs)])
     node = state.view().nodes["n"]
