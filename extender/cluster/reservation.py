@@ -11,19 +11,29 @@ The Lease holds the preemptor, its priority, the victims (each by UID, with the 
 and, per node, how many members go there and which devices and amounts they take. The state adds
 those to the node's usage, so no other pod or gang is planned onto them; the preemptor alone is
 answered with its nodes.
+
+An object's annotations may hold 256 KiB in all. A large one is written compact (device names
+grouped under their driver/pool, then gzip and base64): thousands of victims and return records of
+thousands of nodes fit. What still does not is refused by its writer (`annotation_bytes`) before
+anything is done, never sent to fail and be decided again. Small ones stay plain JSON, as earlier
+releases read them.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Mapping
+import zlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from extender.devices.node_usage import Usage
+from nativedra.base.kube.micro_time import micro_time
 
 LABEL = "nativedra.dev/preemption"
 PREEMPTOR = "nativedra.dev/preemptor"
@@ -34,6 +44,10 @@ VICTIMS = "nativedra.dev/victims"
 RETURNING = "nativedra.dev/returning"  # a return record: {"vacated": time or null, "members": fingerprint}
 LEASE_PREFIX = "preempt-"
 RETURN_PREFIX = "return-"
+ANNOTATIONS_LIMIT = 256 * 1024  # the API's limit on one object's annotations, keys and values together
+COMPACT_ABOVE = 32 * 1024  # an annotation longer than this as plain JSON is written compact
+COMPACT = "gzip+base64:"
+UNPACKED_LIMIT = 64 * 1024 * 1024  # what a compact annotation may unpack to: a forged one cannot exhaust memory
 
 
 @dataclass(frozen=True)
@@ -57,8 +71,8 @@ class Victim:
     uid: str  # "" for a Lease written before UIDs were recorded: such a victim is never evicted
     devices: tuple[str, ...] = ()  # what it held when chosen: driver/pool/device
 
-    def to_json(self) -> dict[str, Any]:
-        return {"pod": self.pod, "uid": self.uid, "devices": list(self.devices)}
+    def to_json(self, compact: bool = False) -> dict[str, Any]:
+        return {"pod": self.pod, "uid": self.uid, "devices": _devices_json(self.devices, compact)}
 
 
 @dataclass(frozen=True)
@@ -110,12 +124,26 @@ def return_lease_name(gang: str) -> str:
     return RETURN_PREFIX + hashlib.sha256(gang.encode()).hexdigest()[:32]
 
 
-def _usage_json(usage: Usage) -> dict[str, Any]:
+def _grouped(names: Iterable[str]) -> dict[str, list[str]]:
+    """Device names under their driver/pool: one node's devices share it, and a gzip window then
+    finds every node's list of device names alike."""
+    grouped: dict[str, list[str]] = {}
+    for name in sorted(names):
+        prefix, _, device = name.rpartition("/")
+        grouped.setdefault(prefix, []).append(device)
+    return grouped
+
+
+def _devices_json(names: Iterable[str], compact: bool) -> list[str] | dict[str, list[str]]:
+    return _grouped(names) if compact else sorted(names)
+
+
+def _usage_json(usage: Usage, compact: bool) -> dict[str, Any]:
     def amounts(values: Mapping[str, Mapping[str, Decimal]]) -> dict[str, dict[str, str]]:
         return {key: {name: str(amount) for name, amount in sorted(a.items())} for key, a in sorted(values.items())}
 
     return {
-        "devices": sorted(usage.devices),
+        "devices": _devices_json(usage.devices, compact),
         "shared": amounts(usage.shared),
         "counters": amounts(usage.counters),
         "groups": {counter_set: sorted(groups) for counter_set, groups in sorted(usage.groups.items())},
@@ -123,17 +151,33 @@ def _usage_json(usage: Usage) -> dict[str, Any]:
     }
 
 
-def _micro(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _annotation(make: Callable[[bool], Any]) -> str:
+    """Plain JSON, or compact where that is long (see the module docstring)."""
+    text = json.dumps(make(False), sort_keys=True)
+    if len(text) <= COMPACT_ABOVE:
+        return text
+    packed = zlib.compress(json.dumps(make(True), sort_keys=True, separators=(",", ":")).encode(), 9)
+    return COMPACT + base64.b64encode(packed).decode("ascii")
+
+
+def annotation_bytes(body: Mapping[str, Any]) -> int:
+    """What a Lease body's annotations count against ANNOTATIONS_LIMIT."""
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    return sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())
 
 
 def lease_body(reservation: Reservation, holder: str) -> dict[str, Any]:
-    nodes = {name: {"slots": r.slots, **_usage_json(r.usage)} for name, r in reservation.nodes.items()}
+    def nodes(compact: bool) -> dict[str, Any]:
+        return {name: {"slots": r.slots, **_usage_json(r.usage, compact)} for name, r in reservation.nodes.items()}
+
+    def victims(compact: bool) -> list[dict[str, Any]]:
+        return [v.to_json(compact) for v in sorted(reservation.victims, key=lambda v: v.pod)]
+
     returning = (
         {
             RETURNING: json.dumps(
                 {
-                    "vacated": None if reservation.vacated is None else _micro(reservation.vacated),
+                    "vacated": None if reservation.vacated is None else micro_time(reservation.vacated),
                     "members": reservation.members,
                 }
             )
@@ -151,16 +195,16 @@ def lease_body(reservation: Reservation, holder: str) -> dict[str, Any]:
                 PREEMPTOR: reservation.preemptor,
                 DESCRIBED: reservation.what,
                 PRIORITY: str(reservation.priority),
-                NODES: json.dumps(nodes, sort_keys=True),
-                VICTIMS: json.dumps([v.to_json() for v in sorted(reservation.victims, key=lambda v: v.pod)]),
+                NODES: _annotation(nodes),
+                VICTIMS: _annotation(victims),
                 **returning,
             },
         },
         "spec": {
             "holderIdentity": holder,
             "leaseDurationSeconds": max(1, round(reservation.expires - reservation.created)),
-            "acquireTime": _micro(reservation.created),
-            "renewTime": _micro(reservation.created),
+            "acquireTime": micro_time(reservation.created),
+            "renewTime": micro_time(reservation.created),
         },
     }
 
@@ -177,7 +221,7 @@ def _amounts(value: Any, where: str) -> dict[str, dict[str, Decimal]]:
 def _reserved(value: Any, where: str) -> Reserved:
     if not isinstance(value, dict) or not isinstance(value.get("slots"), int) or value["slots"] < 0:
         raise ReservationError(f"{where}.slots: expected a whole number (0: a spare node)")
-    devices = _names(value.get("devices", []), f"{where}.devices")
+    devices = _device_names(value.get("devices", []), f"{where}.devices")
     groups = value.get("groups", {})
     if not isinstance(groups, dict):
         raise ReservationError(f"{where}.groups: expected an object of counter set -> group names")
@@ -197,13 +241,37 @@ def _names(value: Any, where: str) -> list[str]:
     return value
 
 
+def _device_names(value: Any, where: str) -> list[str]:
+    """A list of driver/pool/device names, or (compact) an object of driver/pool -> device names."""
+    if isinstance(value, dict):
+        return [f"{prefix}/{device}" for prefix, devices in value.items() for device in _names(devices, where)]
+    return _names(value, where)
+
+
+def _unpacked(text: str, where: str) -> Any:
+    """An annotation's JSON, plain or compact, unpacked to at most UNPACKED_LIMIT bytes."""
+    if text.startswith(COMPACT):
+        try:
+            inflate = zlib.decompressobj()
+            unpacked = inflate.decompress(base64.b64decode(text[len(COMPACT) :], validate=True), UNPACKED_LIMIT)
+        except (binascii.Error, zlib.error) as error:
+            raise ReservationError(f"{where}: not gzip in base64 after {COMPACT}: {error}") from error
+        if inflate.unconsumed_tail or not inflate.eof:
+            raise ReservationError(f"{where}: unpacks to more than {UNPACKED_LIMIT} bytes, or is cut short")
+        text = unpacked.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise ReservationError(f"{where}: must be JSON: {error}") from error
+
+
 def _victim(value: Any, where: str) -> Victim:
     """A victim as recorded; a bare namespace/name (a Lease of an earlier release) has no UID."""
     if isinstance(value, str):
         return Victim(value, "")
     if not isinstance(value, dict) or not isinstance(value.get("pod"), str) or not isinstance(value.get("uid"), str):
         raise ReservationError(f"{where}: expected an object with pod (namespace/name) and uid")
-    return Victim(value["pod"], value["uid"], tuple(_names(value.get("devices", []), f"{where}.devices")))
+    return Victim(value["pod"], value["uid"], tuple(_device_names(value.get("devices", []), f"{where}.devices")))
 
 
 def _seconds(text: Any, where: str) -> float:
@@ -223,12 +291,10 @@ def from_lease(lease: dict[str, Any]) -> Reservation:
             raise ReservationError(f"{name}: annotation {field} is missing")
     try:
         priority = int(annotations[PRIORITY])
-        nodes_json = json.loads(annotations[NODES])
-        victims = json.loads(annotations[VICTIMS])
-    except (ValueError, TypeError, RecursionError) as error:
-        raise ReservationError(
-            f"{name}: annotations {PRIORITY}, {NODES} and {VICTIMS} must be JSON: {error}"
-        ) from error
+    except ValueError as error:
+        raise ReservationError(f"{name}: annotation {PRIORITY} must be a whole number: {error}") from error
+    nodes_json = _unpacked(annotations[NODES], f"{name}: annotation {NODES}")
+    victims = _unpacked(annotations[VICTIMS], f"{name}: annotation {VICTIMS}")
     if not isinstance(nodes_json, dict) or not nodes_json:
         raise ReservationError(f"{name}: annotation {NODES} must name at least one node")
     if not isinstance(victims, list):

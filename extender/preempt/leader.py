@@ -13,7 +13,6 @@ monotonic clock, which runs on while a process is stopped) is made again.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
@@ -22,14 +21,12 @@ from typing import Any
 
 from kubernetes import client
 
+from nativedra.base.kube.micro_time import micro_time
+
 log = logging.getLogger(__name__)
 API_TIMEOUT_S = 5.0
 FENCE_S = 1.0  # a fence proves leadership this long (well inside a lease duration) on this clock
 CONFLICT, NOT_FOUND = 409, 404
-
-
-def _micro(now: dt.datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeadLostError(Exception):
@@ -81,7 +78,7 @@ class LeaderLease:
             return True
         if self._version is None:
             return False
-        stamp = _micro(dt.datetime.now(dt.UTC))
+        stamp = micro_time(time.time())
         body = {
             "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": self._version},
             "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration_s, "renewTime": stamp},
@@ -140,7 +137,7 @@ class LeaderLease:
         return self._write(lease, now)
 
     def _write(self, lease: Any, now: float) -> bool:
-        stamp = _micro(dt.datetime.now(dt.UTC))
+        stamp = micro_time(time.time())
         taking = lease is None or (lease.spec.holder_identity if lease.spec else None) != self.identity
         spec: dict[str, Any] = {
             "holderIdentity": self.identity,

@@ -6,7 +6,8 @@ from prometheus_client import Counter, Histogram
 
 PREEMPTION_DECISIONS = Counter(
     "nativedra_extender_preemption_decisions_total",
-    "Preemption decisions: victims chosen and evicted (evicting), or none would help (not_helpful)",
+    "Preemption decisions: victims chosen and evicted (evicting), none would help (not_helpful), "
+    "or one too large to record (too_large)",
     ["outcome"],
 )
 EVICTIONS = Counter(

@@ -29,7 +29,14 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kubernetes import client
 
-from extender.cluster.reservation import Reservation, Reserved, Victim, lease_body
+from extender.cluster.reservation import (
+    ANNOTATIONS_LIMIT,
+    Reservation,
+    Reserved,
+    Victim,
+    annotation_bytes,
+    lease_body,
+)
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Node, Usage
 from extender.pods.demand import allocated_node
@@ -57,6 +64,8 @@ STEP_EVERY_S = 1.0
 BLOCKED_FOR_S = 60.0  # a pod whose budget refused its eviction is left out of decisions this long
 REPEAT_AFTER_S = 600.0  # the same "would not help" is told to a pod again after this long
 JUDGE_AGAIN_S = 10.0  # a preemptor eviction would not help is judged again after this long
+TOO_LARGE_AGAIN_S = 300.0  # a decision too large for its Lease is judged again after this long
+BACK_OFF_S, BACK_OFF_MAX_S = 10.0, 300.0  # a decision the API did not record: its preemptor waits
 COURTESY_S = 0.001  # a decision lets requests run at least this often
 DRY_RUN = "All"
 
@@ -115,6 +124,7 @@ class Preemption(LeaderDuty):
         # Preemptors eviction would not help, not judged again before then (a full cluster's
         # waiting gangs would otherwise be judged every step).
         self._unhelped: dict[str, float] = {}
+        self._backed_off: dict[str, float] = {}  # preemptor -> its last back-off (s), while they fail in a row
         self._index = VictimIndex(self.config.driver)  # who holds what, brought up to each view
 
     def run(self, stop: threading.Event) -> None:
@@ -144,8 +154,8 @@ class Preemption(LeaderDuty):
             if isinstance(decision, NoHelp):
                 self._not_helpful(decision, pods, now)
                 continue
-            self._start(view, decision, pods, now)
-            return  # one at a time: the next step plans with its Lease in the view
+            if self._start(view, decision, pods, now):
+                return  # one at a time: the next step plans with its Lease in the view
 
     # -- who waits -----------------------------------------------------------------------------
 
@@ -184,22 +194,29 @@ class Preemption(LeaderDuty):
 
     # -- a decision ------------------------------------------------------------------------------
 
-    def _start(self, view: ClusterView, decision: Decision, pods: list[PodFacts], now: float) -> None:
+    def _start(self, view: ClusterView, decision: Decision, pods: list[PodFacts], now: float) -> bool:
+        """Record the decision and evict its victims; False when it was not recorded and the
+        next preemptor may be decided on (this one backs off)."""
         reservation = decision.reservation(now, self.hold_seconds)
+        body = lease_body(reservation, self.leader.identity)
+        size = annotation_bytes(body)
+        if size > ANNOTATIONS_LIMIT:
+            self._too_large(decision, pods, size, now)
+            return False
         victims = self._covered_first(decision)
         try:
             self._dry_run(view, victims)
         except EvictionRefusedError:
-            return  # nothing was evicted; the next step decides without that pod
+            return True  # nothing was evicted; the next step decides without that pod
         self.leader.prove("recording a decision")
         try:
-            created = self.leases.create_namespaced_lease(
-                self.namespace, lease_body(reservation, self.leader.identity), _request_timeout=API_TIMEOUT_S
-            )
+            created = self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=API_TIMEOUT_S)
         except client.ApiException as error:
             if error.status == CONFLICT:
-                return  # decided already (another replica, or this one before a restart)
-            raise
+                return True  # decided already (another replica, or this one before a restart)
+            self._back_off(decision.preemptor.key, now, f"its decision could not be recorded ({error.status})")
+            return False
+        self._backed_off.pop(decision.preemptor.key, None)
         reservation = dataclasses.replace(reservation, uid=created.metadata.uid or "")
         PREEMPTION_DECISIONS.labels("evicting").inc()
         nodes = ", ".join(sorted(decision.reserved))
@@ -211,6 +228,30 @@ class Preemption(LeaderDuty):
         for pod in pods:
             self.tell(pod, "Normal", "Preempting", message)
         self._evict(view, reservation, victims)
+        return True
+
+    def _too_large(self, decision: Decision, pods: list[PodFacts], size: int, now: float) -> None:
+        """A decision its Lease cannot hold is never tried: nothing is dry-run or evicted for it."""
+        self._unhelped[decision.preemptor.key] = now + TOO_LARGE_AGAIN_S
+        PREEMPTION_DECISIONS.labels("too_large").inc()
+        message = (
+            f"preempting for {decision.preemptor.what} would evict {len(decision.evicted)} pod(s); its record "
+            f"takes {size // 1024} KiB, over the {ANNOTATIONS_LIMIT // 1024} KiB a Lease's annotations may hold: "
+            f"nothing is evicted, and it is judged again in {TOO_LARGE_AGAIN_S:.0f} s"
+        )
+        log.warning("%s", message)
+        for pod in pods:
+            self.tell(pod, "Warning", "PreemptionTooLarge", message)
+
+    def _back_off(self, key: str, now: float, why: str) -> None:
+        """A preemptor whose decision failed for a reason of the API's waits, longer each time in
+        a row (BACK_OFF_S doubling up to BACK_OFF_MAX_S), while others are decided on."""
+        delay = min(BACK_OFF_MAX_S, 2 * self._backed_off.get(key, BACK_OFF_S / 2))
+        if len(self._backed_off) > 4 * len(self.state.objects["pods"]) + 64:  # bounded by the cluster
+            self._backed_off.clear()
+        self._backed_off[key] = delay
+        self._unhelped[key] = now + delay
+        log.warning("preemption for %s: %s; judged again in %.0f s", key, why, delay)
 
     @staticmethod
     def _covered_first(decision: Decision) -> list[Victim]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from extender.cluster.reservation import Reservation, Reserved, lease_body
+from extender.cluster.reservation import ANNOTATIONS_LIMIT, Reservation, Reserved, annotation_bytes, lease_body
 from extender.cluster.state import NATIVE_KINDS
 from extender.cluster.view import ClusterView
 from extender.pods.keys import key_of
@@ -46,10 +46,15 @@ log = logging.getLogger(__name__)
 LEADER_LEASE = "nativedra-extender-returns"
 STEP_EVERY_S = 1.0
 SPARES_LOOK_EVERY_S = 10.0
+BACK_OFF_S, BACK_OFF_MAX_S = 2.0, 300.0  # a gang whose record the API refused waits, doubling each time
 # Listed before the first step, records being judged on them: the Leases themselves, and every kind
 # that says whether a gang's owner still exists (a kind the server does not serve counts as listed).
 WATCHED = ("pods", "resourceclaims", "preemptions")
 OWNERS = ("jobsets", "podgroups", *NATIVE_KINDS)
+
+
+class RecordTooLargeError(Exception):
+    """A return record its Lease cannot hold: never sent, the gang backs off."""
 
 
 class Returns(LeaderDuty):
@@ -59,6 +64,8 @@ class Returns(LeaderDuty):
         super().__post_init__()
         # Per gang short of the spares it asks for: when the cluster was last searched for more.
         self._looked: dict[str, float] = {}
+        # Per gang whose record could not be written: until when it waits, and how long it waited.
+        self._backed_off: dict[str, tuple[float, float]] = {}
 
     @property
     def hold_seconds(self) -> int:
@@ -75,22 +82,31 @@ class Returns(LeaderDuty):
         view = self.state.view()
         now = self.clock()
         gangs = {gang.ref.key: gang for gang in self.plans.gangs(view)}
+        self._backed_off = {k: v for k, v in self._backed_off.items() if k in gangs or k in view.returns}
         for key, kept in list(view.returns.items()):
-            self._each(key, functools.partial(self._tend, view, gangs.get(key), kept, now))
+            self._each(key, now, functools.partial(self._tend, view, gangs.get(key), kept, now))
         count_held(view.returns.values())
         if not self.hold_seconds:
             return  # returns off: records left from before are let go, none is written
         for key, gang in gangs.items():
             if key not in view.returns and gang.ref.source in RETURNING_SOURCES and whole(gang):
-                self._each(key, functools.partial(self._record, view, gang, now, None))
+                self._each(key, now, functools.partial(self._record, view, gang, now, None))
 
-    @staticmethod
-    def _each(key: str, act: Callable[[], None]) -> None:
-        """One gang's record: an API refusal for it does not hold up the others."""
+    def _each(self, key: str, now: float, act: Callable[[], None]) -> None:
+        """One gang's record: a refusal for it does not hold up the others, and it backs off (a
+        record the API refuses is not searched for and sent again every step)."""
+        until, waited = self._backed_off.get(key, (0.0, 0.0))
+        if until > now:
+            return
         try:
             act()
-        except client.ApiException as error:
-            log.warning("return record of gang %s: %s %s", key, error.status, error.reason)
+        except (client.ApiException, RecordTooLargeError) as error:
+            delay = BACK_OFF_MAX_S if isinstance(error, RecordTooLargeError) else max(BACK_OFF_S, 2 * waited)
+            self._backed_off[key] = (now + min(delay, BACK_OFF_MAX_S), min(delay, BACK_OFF_MAX_S))
+            why = str(error) if isinstance(error, RecordTooLargeError) else f"{error.status} {error.reason}"
+            log.warning("return record of gang %s: %s; tried again in %.0f s", key, why, min(delay, BACK_OFF_MAX_S))
+            return
+        self._backed_off.pop(key, None)
 
     def _tend(self, view: ClusterView, gang: Gang | None, kept: Reservation, now: float) -> None:
         key = kept.preemptor
@@ -167,12 +183,17 @@ class Returns(LeaderDuty):
                 told = f"{len(spares)} of {asked} spare(s) kept: {limit}"
                 for member in gang.placed[:1]:
                     self._event(view, member.pod, "GangSparesLimited", told)
-        self._write(
-            record(
-                gang, placed, priority=gang.priority, now=now, hold=self.hold_seconds, members=members, spares=spares
-            ),
-            earlier,
+        kept = record(
+            gang, placed, priority=gang.priority, now=now, hold=self.hold_seconds, members=members, spares=spares
         )
+        try:
+            self._write(kept, earlier)
+        except RecordTooLargeError as error:
+            if not spares:
+                self._event(view, gang.placed[0].pod, "GangNotRecorded", f"{error}: no return hold is kept for it")
+                raise
+            self._event(view, gang.placed[0].pod, "GangSparesLimited", f"0 of {asked} spare(s) kept: {error}")
+            self._write(dataclasses.replace(kept, nodes=placed), earlier)
 
     def _look_again(self, key: str, now: float) -> bool:
         """Whether a gang short of spares may have the cluster searched again (every
@@ -273,8 +294,14 @@ class Returns(LeaderDuty):
             self._event(view, member.pod, "GangReturned", message, kind="Normal")
 
     def _write(self, kept: Reservation, earlier: Reservation | None) -> None:
-        self.leader.prove(f"recording gang {kept.preemptor}")
         body = lease_body(kept, self.leader.identity)
+        size = annotation_bytes(body)
+        if size > ANNOTATIONS_LIMIT:
+            raise RecordTooLargeError(
+                f"gang {kept.preemptor}'s return record takes {size // 1024} KiB, over the "
+                f"{ANNOTATIONS_LIMIT // 1024} KiB a Lease's annotations may hold"
+            )
+        self.leader.prove(f"recording gang {kept.preemptor}")
         try:
             if earlier is None:
                 self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=API_TIMEOUT_S)

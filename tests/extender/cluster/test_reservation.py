@@ -5,14 +5,21 @@ them while the preemptor alone is answered with its nodes."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import dataclasses
+import hashlib
 import json
+import uuid
+import zlib
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from extender.cluster.reservation import (
+    ANNOTATIONS_LIMIT,
+    COMPACT,
     NODES,
     PRIORITY,
     VICTIMS,
@@ -20,6 +27,7 @@ from extender.cluster.reservation import (
     ReservationError,
     Reserved,
     Victim,
+    annotation_bytes,
     from_lease,
     lease_body,
 )
@@ -36,7 +44,7 @@ NS = "ns"
 def _reservation(nodes: dict[str, Reserved] | None = None) -> Reservation:
     kept = nodes or {"a": Reserved(1, Usage({"gpu-0", "gpu-1"}))}
     victims = (Victim(f"{NS}/low-0", "uid-low-0", (f"{DRIVER}/a/gpu-0",)),)
-    return Reservation("preempt-x", f"{NS}/big", f"pod {NS}/big", 1000, kept, victims, 1_000.0, 1_120.0)
+    return Reservation("preempt-x", f"{NS}/big", f"pod {NS}/big", 1000, kept, victims, 1_000.5, 1_120.5)
 
 
 def _lease(reservation: Reservation) -> dict[str, Any]:
@@ -62,6 +70,74 @@ def test_a_lease_of_an_earlier_release_names_victims_without_uid_and_none_is_eve
     lease = _lease(_reservation())
     lease["metadata"]["annotations"][VICTIMS] = json.dumps([f"{NS}/low-0"])
     assert from_lease(lease).victims == (Victim(f"{NS}/low-0", ""),)
+
+
+def _big(victims: int, nodes: int, per_node: int, spares: int = 0) -> Reservation:
+    """A decision of `victims` one-GPU pods, or (no victims) a return record, over `nodes` nodes of
+    `per_node` devices each, and `spares` spare nodes as big."""
+
+    def devices(node: int) -> set[str]:
+        return {f"{DRIVER}/node-{node:05d}/gpu-{device}" for device in range(per_node)}
+
+    kept = {f"node-{n:05d}": Reserved(1 if n < nodes else 0, Usage(devices(n))) for n in range(nodes + spares)}
+    who = tuple(  # in the order the Lease keeps them: by pod
+        Victim(
+            f"team-b/low-{i}",
+            str(uuid.UUID(bytes=hashlib.sha256(str(i).encode()).digest()[:16])),
+            (f"{DRIVER}/node-{i // 8:05d}/gpu-{i % 8}",),
+        )
+        for i in sorted(range(victims), key=lambda i: f"team-b/low-{i}")
+    )
+    return Reservation("preempt-x", f"{NS}/big", "gang ns/big", 100, kept, who, 1_000.5, 1_300.5, returning=not who)
+
+
+@pytest.mark.parametrize(
+    ("victims", "nodes", "per_node", "spares"),
+    [(4096, 512, 8, 0), (0, 2000, 8, 64), (0, 1500, 120, 200)],
+    ids=["4096-victims", "2000-node-gang-with-spares", "1500-nodes-of-120-devices"],
+)
+def test_a_decision_of_thousands_of_victims_and_a_record_of_thousands_of_nodes_fit_one_lease(
+    victims: int, nodes: int, per_node: int, spares: int
+) -> None:
+    reservation = _big(victims, nodes, per_node, spares)
+    if reservation.returning:
+        reservation = dataclasses.replace(reservation, vacated=1_010.5)
+    lease = _lease(reservation)
+    assert annotation_bytes(lease) <= ANNOTATIONS_LIMIT
+    assert lease["metadata"]["annotations"][NODES].startswith(COMPACT)
+    assert from_lease(json.loads(json.dumps(lease))) == reservation
+
+
+def test_a_small_lease_stays_plain_json_as_earlier_releases_read_it() -> None:
+    annotations = _lease(_reservation())["metadata"]["annotations"]
+    assert json.loads(annotations[NODES]) and json.loads(annotations[VICTIMS])
+
+
+def test_what_does_not_fit_even_compact_is_measured_over_the_limit() -> None:
+    assert annotation_bytes(_lease(_big(12_000, 1_500, 8))) > ANNOTATIONS_LIMIT
+
+
+def _packed(payload: bytes) -> str:
+    return COMPACT + base64.b64encode(zlib.compress(payload, 9)).decode()
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        (COMPACT + "not base64!", "not gzip in base64"),
+        (COMPACT + base64.b64encode(b"not gzip").decode(), "not gzip in base64"),
+        (_packed(b"[" * 70_000_000), "unpacks to more than"),
+        (_packed(b'{"a": '), "must be JSON"),
+    ],
+    ids=["base64", "gzip", "bomb", "json"],
+)
+def test_a_compact_annotation_that_cannot_be_read_is_refused_naming_it(value: str, named: str) -> None:
+    lease = _lease(_reservation())
+    lease["metadata"]["annotations"][NODES] = value
+    with pytest.raises(ReservationError) as raised:
+        from_lease(lease)
+    assert f"Lease nativedra-system/preempt-x: annotation {NODES}" in str(raised.value)
+    assert named in str(raised.value)
 
 
 @pytest.mark.parametrize(
@@ -139,7 +215,7 @@ def test_every_replica_lets_a_hold_go_at_its_expiry_without_the_leader() -> None
     state.apply("ADDED", "preemptions", lease)
     held = state.view()
     assert held.usage["a"].devices == {f"gpu-{i}" for i in range(8)} and held.reservations[f"{NS}/big"].holds
-    now[0] = 1_120.0  # its expiry; no event arrives
+    now[0] = 1_120.5  # its expiry; no event arrives
     lapsed = state.view()
     assert lapsed.version > held.version, "a new view, as for an event"
     assert lapsed.usage["a"].devices == {f"gpu-{i}" for i in range(2, 8)}, "the kept GPUs are free again"

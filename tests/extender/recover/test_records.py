@@ -35,18 +35,18 @@ def _view(**fields: object) -> ClusterView:
 
 def test_a_record_keeps_nothing_until_vacated_and_reads_back_from_its_lease() -> None:
     nodes = racks({"a": 4})
-    running = record(_running(nodes), _placed(nodes, ["a-0", "a-1", "a-2"]), priority=100, now=10.0, hold=60)
+    running = record(_running(nodes), _placed(nodes, ["a-0", "a-1", "a-2"]), priority=100, now=10.5, hold=60)
     assert running.returning and not running.holds and running.priority == 100
     read = from_lease(
         {**lease_body(running, "me"), "metadata": {**lease_body(running, "me")["metadata"], "namespace": "n"}}
     )
     assert (read.returning, read.vacated, read.holds, set(read.nodes)) == (True, None, False, {"a-0", "a-1", "a-2"})
-    gone = vacated(running, {**nodes, "a-1": _tainted(nodes["a-1"], next(iter(nodes["a-1"].devices)))}, 20.0, 60)
+    gone = vacated(running, {**nodes, "a-1": _tainted(nodes["a-1"], next(iter(nodes["a-1"].devices)))}, 20.5, 60)
     assert gone is not None and set(gone.nodes) == {"a-0", "a-2"}, "the node with a tainted device is not kept"
-    assert gone.holds and gone.vacated == 20.0 and gone.expires == 80.0
+    assert gone.holds and gone.vacated == 20.5 and gone.expires == 80.5
     body = lease_body(gone, "me")
     again = from_lease({**body, "metadata": {**body["metadata"], "namespace": "n"}})
-    assert again.holds and again.vacated == 20.0 and again.expires == 80.0 and set(again.nodes) == {"a-0", "a-2"}
+    assert again.holds and again.vacated == 20.5 and again.expires == 80.5 and set(again.nodes) == {"a-0", "a-2"}
     assert vacated(running, {}, 20.0, 60) is None, "no node left: nothing to keep"
 
 
