@@ -11,9 +11,16 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import urllib3
 from kubernetes import client
 
-from extender.preempt.leader import LeaderLease
+from extender.cluster.reservation import Victim
+from extender.plan.config import ExtenderConfig
+from extender.plan.decide import Decider
+from extender.preempt.leader import FENCE_S, LeaderLease
+from extender.preempt.preemptor import Preemption
+from nativedra.cluster import ControlPlane
+from testkit.admission_webhooks import eviction_webhook, slow_leases
 from testkit.extender_harness import fresh_namespace
 
 
@@ -90,3 +97,56 @@ def test_a_holder_that_stalled_past_a_takeover_fails_its_fence_and_writes_nothin
     assert after.metadata.resource_version == taken.metadata.resource_version, "the refused fence wrote nothing"
     assert not first.fence(), "and it stays refused: no resourceVersion left to write with"
     assert second.fence()
+
+
+def test_a_renewal_the_slowed_api_answers_late_proves_nothing_and_a_proof_lasts_only_its_margin(
+    api: client.ApiClient, control_plane: ControlPlane, namespace: str
+) -> None:
+    """On 424026c a fence trusted a renewal however long it took, and the write it allowed could
+    run 10 s more: about a whole lease duration with no margin. Here the API server holds every
+    Lease update for seconds (a webhook)."""
+    name = f"slow-{uuid.uuid4().hex[:6]}"
+    lead = LeaderLease(api, namespace, name, "first", duration_s=6)  # a proof: 4 s from its sending
+    assert lead.holding()
+    with slow_leases(control_plane, namespace) as slow:
+        slow.delay_s = 1.0
+        time.sleep(FENCE_S)  # past the last proof's window: the fence renews
+        assert lead.fence()
+        left = lead.time_left()
+        assert 0 < left <= 3.0, "a third of the duration kept, and the renewal's second spent"
+        assert lead.prove("a write", 10.0) <= 3.0, "a call's timeout is cut to what its proof has left"
+        slow.delay_s = 3.5
+        time.sleep(FENCE_S)
+        started = time.monotonic()
+        assert not lead.fence(), "renewed, but with 0.5 s of its proof left: nothing may be done under it"
+        assert time.monotonic() - started >= 3.5
+        assert lead.time_left() == 0
+        slow.delay_s = 0.0
+        assert lead.fence(), "it still holds the Lease: the next quick renewal proves it again"
+    assert client.CoordinationV1Api(api).read_namespaced_lease(name, namespace).spec.holder_identity == "first"
+
+
+def test_an_eviction_made_under_a_proof_gives_up_with_it_and_the_pod_stays(
+    api: client.ApiClient, control_plane: ControlPlane, namespace: str
+) -> None:
+    """The API server holds the eviction (a webhook) past the proof it was sent under: the call
+    gives up when the proof ends, and the API server drops the eviction with it."""
+    core = client.CoreV1Api(api)
+    spec = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    victim = core.create_namespaced_pod(namespace, {"metadata": {"name": "victim"}, "spec": spec})
+    lead = LeaderLease(api, namespace, f"evict-{uuid.uuid4().hex[:6]}", "first", duration_s=3)  # proofs of 2 s
+    assert lead.holding()
+    decider = Decider(ExtenderConfig())
+    preemption = Preemption(api, None, decider.config, plans=decider.plans, namespace=namespace, leader=lead)  # type: ignore[arg-type]
+    with eviction_webhook(control_plane, namespace, hold_first=True) as evictions:
+        timeout = lead.prove("evicting victim", 10.0)
+        assert timeout <= 2.0
+        started = time.monotonic()
+        with pytest.raises(urllib3.exceptions.HTTPError):
+            preemption._eviction(Victim(f"{namespace}/victim", victim.metadata.uid), dry_run=False, timeout_s=timeout)
+        assert time.monotonic() - started < timeout + 1.0
+        assert evictions.held.is_set(), "the eviction reached the API server and was held there"
+        evictions.release.set()
+        time.sleep(3)
+    pod = core.read_namespaced_pod("victim", namespace)
+    assert pod.metadata.uid == victim.metadata.uid and pod.metadata.deletion_timestamp is None, "not evicted"

@@ -35,8 +35,8 @@ from extender.preempt.leader import LeaderLease
 from extender.preempt.preemptor import BACK_OFF_S, Preemption
 from nativedra.cluster import ControlPlane, wait_for
 from testkit import builders
+from testkit.admission_webhooks import Evictions, eviction_webhook
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod
-from testkit.eviction_webhook import Evictions, eviction_webhook
 from testkit.extender_harness import fresh_namespace
 
 REFUSED = "first"  # the preemptor whose decision the API refuses to record

@@ -21,7 +21,7 @@ from extender.preempt.preemptor import LEADER_LEASE
 from nativedra.base.kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import claim_template, gpu_pod, request
-from testkit.eviction_webhook import Evictions, eviction_webhook
+from testkit.admission_webhooks import Evictions, eviction_webhook
 from testkit.extender_harness import (
     ExtenderCluster,
     ReplicatedExtenders,

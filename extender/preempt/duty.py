@@ -45,12 +45,10 @@ class LeaderDuty:
     def let_go(self, kept: Reservation, what: str) -> None:
         """That very Lease goes (its UID the precondition), proven first: a later one for the same
         preemptor or gang keeps its own. One already gone or replaced is left as it is."""
-        self.leader.prove(what)
+        timeout = self.leader.prove(what, API_TIMEOUT_S)
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=kept.uid or None))
         try:
-            self.leases.delete_namespaced_lease(
-                kept.lease, self.namespace, body=options, _request_timeout=API_TIMEOUT_S
-            )
+            self.leases.delete_namespaced_lease(kept.lease, self.namespace, body=options, _request_timeout=timeout)
         except client.ApiException as error:
             if error.status not in (NOT_FOUND, CONFLICT):
                 raise

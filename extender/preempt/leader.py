@@ -9,6 +9,14 @@ people's objects the holder calls `fence`: a renewal carrying the resourceVersio
 write, which the API refuses once any other replica has written the Lease. A stall between a
 fence and the action it guards is caught by the clock: a fence older than FENCE_S (on the
 monotonic clock, which runs on while a process is stopped) is made again.
+
+A fence is a proof for a while only. Its age counts from when the renewal was sent (the API may
+have written it any time after), so no other replica can take the Lease over before a whole
+duration from then; a margin of a third of the duration is kept for a stall, a GC pause or clocks
+that run at different rates. A renewal that returns with less than MIN_LEFT_S of that left proves
+nothing, and every call made under a proof has its timeout cut to what is left (`prove`): a call
+cannot outlive the lead it was made under. (The client gives up and closes its connection; the
+API server then cancels the request's context.)
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from nativedra.base.kube.micro_time import micro_time
 log = logging.getLogger(__name__)
 API_TIMEOUT_S = 5.0
 FENCE_S = 1.0  # a fence proves leadership this long (well inside a lease duration) on this clock
+MIN_LEFT_S = 1.0  # a renewal that leaves less of its proof than this proves nothing
 CONFLICT, NOT_FOUND = 409, 404
 
 
@@ -55,6 +64,7 @@ class LeaderLease:
         self._held_until = 0.0  # our clock: we hold it until then without asking
         self._version: str | None = None  # resourceVersion of our own last write, while we lead
         self._fenced_at: float | None = None  # when the last fence's write was sent, our clock
+        self._proven_until = 0.0  # our clock: what the last proof allows a call, margin kept
 
     def holding(self) -> bool:
         """Whether this replica leads now: renews (or takes) the Lease when due."""
@@ -83,16 +93,35 @@ class LeaderLease:
             "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": self._version},
             "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration_s, "renewTime": stamp},
         }
+        timeout = min(API_TIMEOUT_S, self._margined(started) - started)
         try:
-            lease = self.leases.patch_namespaced_lease(self.name, self.namespace, body, _request_timeout=API_TIMEOUT_S)
+            lease = self.leases.patch_namespaced_lease(self.name, self.namespace, body, _request_timeout=timeout)
         except Exception as error:  # noqa: BLE001 - refused (another replica wrote) or not answered: not proven
             log.warning("leader Lease %s/%s: renewal refused, not leading: %s", self.namespace, self.name, error)
             self._lost()
             return False
         self._version = lease.metadata.resource_version
-        self._fenced_at = started
         self._held_until = started + self.duration_s
+        took = self.clock() - started
+        if self._margined(started) - self.clock() < MIN_LEFT_S:
+            log.warning(
+                "leader Lease %s/%s: renewal took %.1f s, too little of its proof left to act on",
+                self.namespace,
+                self.name,
+                took,
+            )
+            self._fenced_at = None
+            return False
+        self._fenced_at, self._proven_until = started, self._margined(started)
         return True
+
+    def time_left(self) -> float:
+        """What the last proof still allows a call made now, margin kept (0: none)."""
+        return max(0.0, self._proven_until - self.clock()) if self._fenced_at is not None else 0.0
+
+    def _margined(self, sent: float) -> float:
+        """Until when a renewal sent at `sent` proves the lead, a third of the duration kept."""
+        return sent + self.duration_s * 2 / 3
 
     def lead(
         self, stop: threading.Event, step: Callable[[], None], what: str, every_s: float, ready: Callable[[], bool]
@@ -110,15 +139,21 @@ class LeaderLease:
             except Exception:
                 log.exception("%s step failed; trying again", what)
 
-    def prove(self, before: str) -> None:
-        """`fence`, or LeadLostError naming the write it was to allow."""
+    def prove(self, before: str, timeout_s: float) -> float:
+        """`fence`, or LeadLostError naming the write it was to allow; the timeout the write may
+        have: `timeout_s` at most, and no longer than the proof lasts."""
         if not self.fence():
             raise LeadLostError(f"the leader Lease could not be renewed before {before}")
+        left = self.time_left()
+        if left <= 0:
+            raise LeadLostError(f"the proof of the lead ran out before {before}")
+        return min(timeout_s, left)
 
     def _lost(self) -> None:
         self._held_until = 0.0
         self._version = None
         self._fenced_at = None
+        self._proven_until = 0.0
 
     def _try(self, now: float) -> bool:
         try:
@@ -165,5 +200,5 @@ class LeaderLease:
             log.info("leading preemption now (Lease %s/%s)", self.namespace, self.name)
         self._held_until = now + self.duration_s
         self._version = written.metadata.resource_version
-        self._fenced_at = now
+        self._fenced_at, self._proven_until = now, self._margined(now)
         return True

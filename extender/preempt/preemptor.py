@@ -208,9 +208,9 @@ class Preemption(LeaderDuty):
             self._dry_run(view, victims)
         except EvictionRefusedError:
             return True  # nothing was evicted; the next step decides without that pod
-        self.leader.prove("recording a decision")
+        timeout = self.leader.prove("recording a decision", API_TIMEOUT_S)
         try:
-            created = self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=API_TIMEOUT_S)
+            created = self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=timeout)
         except client.ApiException as error:
             if error.status == CONFLICT:
                 return True  # decided already (another replica, or this one before a restart)
@@ -269,7 +269,7 @@ class Preemption(LeaderDuty):
             return None  # another pod of that name (or a victim recorded without UID): never a victim
         return pod
 
-    def _eviction(self, victim: Victim, *, dry_run: bool) -> None:
+    def _eviction(self, victim: Victim, *, dry_run: bool, timeout_s: float = API_TIMEOUT_S) -> None:
         namespace, name = key_of(victim.pod)
         body = {
             "apiVersion": "policy/v1",
@@ -278,7 +278,7 @@ class Preemption(LeaderDuty):
             "deleteOptions": {"preconditions": {"uid": victim.uid}, **({"dryRun": [DRY_RUN]} if dry_run else {})},
         }
         extra = {"dry_run": DRY_RUN} if dry_run else {}
-        self.core.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=API_TIMEOUT_S, **extra)
+        self.core.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=timeout_s, **extra)
 
     def _dry_run(self, view: ClusterView, victims: list[Victim]) -> None:
         """Every victim evicted as a dry run: the API's budgets and checks say no before any goes."""
@@ -305,9 +305,9 @@ class Preemption(LeaderDuty):
             pod = self._target(view, victim)
             if pod is None:
                 continue
-            self.leader.prove(f"evicting {victim.pod}")
+            timeout = self.leader.prove(f"evicting {victim.pod}", API_TIMEOUT_S)
             try:
-                self._eviction(victim, dry_run=False)
+                self._eviction(victim, dry_run=False, timeout_s=timeout)
             except client.ApiException as error:
                 if error.status in (NOT_FOUND, CONFLICT):  # gone, or replaced by a pod of the same name
                     EVICTIONS.labels("gone").inc()

@@ -301,12 +301,12 @@ class Returns(LeaderDuty):
                 f"gang {kept.preemptor}'s return record takes {size // 1024} KiB, over the "
                 f"{ANNOTATIONS_LIMIT // 1024} KiB a Lease's annotations may hold"
             )
-        self.leader.prove(f"recording gang {kept.preemptor}")
+        timeout = self.leader.prove(f"recording gang {kept.preemptor}", API_TIMEOUT_S)
         try:
             if earlier is None:
-                self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=API_TIMEOUT_S)
+                self.leases.create_namespaced_lease(self.namespace, body, _request_timeout=timeout)
             else:
-                self.leases.patch_namespaced_lease(kept.lease, self.namespace, body, _request_timeout=API_TIMEOUT_S)
+                self.leases.patch_namespaced_lease(kept.lease, self.namespace, body, _request_timeout=timeout)
         except client.ApiException as error:
             if error.status not in (NOT_FOUND, CONFLICT):  # the watch shows the record as it is; the next step goes on
                 raise
