@@ -57,6 +57,10 @@ class ExtenderConfig(BaseModel):
     plan_budget_seconds: Annotated[float, Field(gt=0)] = PLAN_BUDGET_SECONDS
     # A ceiling on gang size below what the cluster could ever hold (that one always applies).
     max_gang_size: Annotated[int, Field(ge=1)] | None = None
+    # Of the cluster's nodes, the share on which one namespace's waiting gangs may hold capacity
+    # (rounded down, at least one node): a gang that would take its namespace past it waits
+    # holding nothing, as an expired gang does. 1: no bound beyond the cluster.
+    max_namespace_hold_share: Annotated[float, Field(gt=0, le=1)] = 1.0
     driver: str = DRIVER_NAME
     weights: ScoreWeights = ScoreWeights()
     # A pod outside every gang may be answered from a plan up to this old when only usage moved

@@ -54,7 +54,11 @@ class CurrentPlan:
         self.config = config
         self.matcher = matcher
         self.limits = PlanLimits(
-            config.plan_timeout_seconds, config.plan_budget_seconds, config.max_gang_size, config.topology_levels
+            config.plan_timeout_seconds,
+            config.plan_budget_seconds,
+            config.max_gang_size,
+            config.topology_levels,
+            config.max_namespace_hold_share,
         )
         self.snapshot: PlanSnapshot | None = None  # replaced whole, only under `_planning`
         self._planning = threading.Lock()

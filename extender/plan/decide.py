@@ -3,14 +3,10 @@ a view; planning is extender.plan.current's, membership extender.cluster.members
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
-import operator
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from extender.cluster.membership import node_of, sources_of
@@ -18,14 +14,14 @@ from extender.cluster.reservation import Reservation
 from extender.cluster.view import ClusterView
 from extender.devices.cel_eval import Selectors
 from extender.devices.lru import LruCache
-from extender.devices.node_usage import Node, Usage
+from extender.devices.node_usage import Usage
 from extender.plan.capacity import Matcher, place
-from extender.plan.config import ExtenderConfig, ScoreWeights
+from extender.plan.config import ExtenderConfig
 from extender.plan.current import CurrentPlan
+from extender.plan.holds import kept_for_return, refused
 from extender.plan.in_flight import InFlight, complete_offer
 from extender.plan.node_groups import NodeGroups
-from extender.plan.planner import ClusterPlan
-from extender.plan.scoring import score
+from extender.plan.score_memo import Answer, Scorer, asks_of, moved
 from extender.pods.asked import Asked, ask
 from extender.pods.demand import Demand
 from extender.pods.facts import PodFacts, facts_of
@@ -40,89 +36,6 @@ log = logging.getLogger(__name__)
 RETRY = "retry"
 
 
-def _held_nodes(
-    cluster: ClusterPlan, view: ClusterView, demand: Demand, names: list[str], matcher: Matcher, *, priority: int = 0
-) -> dict[str, str]:
-    """Nodes of `names` where `demand` fits only in capacity held for gangs, with why. Only held
-    nodes can fail, and they are few (the pending gangs' slots) against 5,000 names. What is held or
-    kept for a gang is kept from pods of equal or lower `priority` only."""
-    asked = set(names)
-    failed = {}
-    for name, holders in cluster.holders.items():
-        node = view.nodes.get(name)
-        outranked = all(cluster.priorities.get(holder, math.inf) < priority for holder in holders)
-        if (
-            holders
-            and not outranked
-            and node is not None
-            and name in asked
-            and place(node, cluster.held[name], demand, matcher) is None
-        ):
-            failed[name] = f"the free devices on {name} are held for gang(s) {', '.join(sorted(holders))}"
-    # Devices kept for preemptors and returning gangs are in the view's usage (a plan may be older
-    # than the view).
-    returning = (r for r in view.returns.values() if r.holds and r.priority >= priority)
-    for reservation in itertools.chain(view.reservations.values(), returning):
-        why = (
-            f"which ran there until it lost members; kept until it is whole again, at most until "
-            f"{time.strftime('%H:%M:%S', time.gmtime(reservation.expires))} UTC"
-            if reservation.returning
-            else "which preempted pods there"
-        )
-        for name in reservation.nodes:
-            node = view.nodes.get(name)
-            if name not in asked or name in failed or node is None:
-                continue
-            if place(node, view.usage[name], demand, matcher) is None:
-                failed[name] = (
-                    f"the free devices on {name} are kept for {reservation.what} (priority {reservation.priority}), "
-                    + why
-                )
-    for kept in view.returns.values():  # running gangs' spares: kept from their own priority alone
-        if not kept.running or kept.priority != priority:
-            continue
-        for name, spare in kept.spares.items():
-            node = view.nodes.get(name)
-            usage = view.usage.get(name)
-            if (
-                name in asked
-                and name not in failed
-                and node is not None
-                and usage is not None
-                and place(node, usage.plus(spare.usage), demand, matcher) is None
-            ):
-                failed[name] = (
-                    f"{name} is a spare of {kept.what} (priority {kept.priority}): kept from pods of its "
-                    "priority, lent to lower ones until the gang needs it"
-                )
-    return failed
-
-
-def _kept_for_return(view: ClusterView, cluster: ClusterPlan, names: list[str], own: str | None = None) -> bool:
-    """Whether a node offered is kept for a returning gang (its record vacated, or the plan keeping
-    it since it saw the gang short): a refusal may then end with the hold, which no event tells the
-    scheduler of. Not for gang `own` itself: the hold is its own, and what it lacks is room (a
-    spare's borrower), which its refusal as unschedulable lets preemption free."""
-    holding = [kept for kept in view.returns.values() if kept.holds and kept.preemptor != own]
-    short = {
-        name for name, holders in cluster.holders.items() if any(key in view.returns and key != own for key in holders)
-    }
-    if not holding and not short:
-        return False
-    asked = set(names)
-    return bool(short & asked) or any(name in asked for kept in holding for name in kept.nodes)
-
-
-@dataclass(frozen=True)
-class _Answer:
-    """One prioritize answer and what it was worked out from (mappings the state never changes)."""
-
-    names: list[str]
-    nodes: Mapping[str, Node]
-    usage: Mapping[str, Usage]
-    scores: dict[str, int]
-
-
 class Decider:
     SCORE_DEMANDS = 16  # demands whose node scores are remembered, at most
 
@@ -134,7 +47,7 @@ class Decider:
         self.matcher = matcher or Matcher(Selectors(), config.driver)
         self.plans = plans or CurrentPlan(config, self.matcher)
         self._in_flight = InFlight()  # gang members admitted and not yet shown placed (extender.plan.in_flight)
-        # What a demand asks besides its selectors (`_asks`) -> (shape of the devices its selectors
+        # What a demand asks besides its selectors (`asks_of`) -> (shape of the devices its selectors
         # match on a node, id of the usage) -> (usage, score): a score is read from those alone, so
         # one serves every node built and used alike, and every demand whose selectors match the
         # same devices there (two teams' templates selecting the same GPUs by other attributes). At
@@ -144,7 +57,7 @@ class Decider:
             self.SCORE_DEMANDS
         )
         # demand -> its last answer, what `prioritize` starts the next one from. Bounded the same way.
-        self._answers: LruCache[Demand, _Answer] = LruCache(self.SCORE_DEMANDS)
+        self._answers: LruCache[Demand, Answer] = LruCache(self.SCORE_DEMANDS)
         self._groups = NodeGroups()  # a new demand's first scores, by node model and usage
         self.warm = threading.Event()  # set by `warm_up`: the process reports ready from then on
 
@@ -203,7 +116,7 @@ class Decider:
         if not plan.feasible:
             # A refusal where a returning gang's nodes are kept is retried after the scheduler's
             # backoff instead of parking the pod until some event.
-            retry = plan.transient or _kept_for_return(view, cluster, names, ref.key)
+            retry = plan.transient or kept_for_return(view, cluster, names, ref.key)
             return [], dict.fromkeys(names, plan.reason), RETRY if retry else "gang-rejected"
         slots = plan.part_slots.get(ref.part, plan.slots)  # a JobSet's Job: its own domain
         if not slots and plan.confine is not None:  # an elastic gang grows in its domain alone
@@ -269,14 +182,14 @@ class Decider:
         kept off a node whose hold just ended, but never off every node: refused everywhere, it is
         judged again by a plan of this view, so it is not parked as unschedulable by a stale plan."""
         cluster, older = self.plans.held_plan(view, now)
-        failed = _held_nodes(cluster, view, demand, names, self.matcher, priority=priority)
+        failed = refused(cluster, view, demand, names, self.matcher, priority=priority)
         if older and len(failed) == len(names):
             cluster = self.plans.plan(view, None, now)
-            failed = _held_nodes(cluster, view, demand, names, self.matcher, priority=priority)
+            failed = refused(cluster, view, demand, names, self.matcher, priority=priority)
         if not failed:
             return names, failed, "pass"
         passing = [name for name in names if name not in failed]
-        if not passing and _kept_for_return(view, cluster, names):  # as for gangs
+        if not passing and kept_for_return(view, cluster, names):  # as for gangs
             return passing, failed, RETRY
         return passing, failed, "held-check"
 
@@ -304,8 +217,8 @@ class Decider:
             return last.scores
         else:
             scores = dict(last.scores)
-            self._score(view, usage, demand, _moved(names, view.nodes, last.nodes, usage, last.usage), scores)
-        self._answers.put(demand, _Answer(names, view.nodes, usage, scores))
+            self._score(view, usage, demand, moved(names, view.nodes, last.nodes, usage, last.usage), scores)
+        self._answers.put(demand, Answer(names, view.nodes, usage, scores))
         return scores
 
     def _first_scores(
@@ -334,80 +247,10 @@ class Decider:
     ) -> None:
         self._scorer(view, demand).fill(usage, names, scores)
 
-    def _scorer(self, view: ClusterView, demand: Demand) -> _Scorer:
-        asks = _asks(demand)
+    def _scorer(self, view: ClusterView, demand: Demand) -> Scorer:
+        asks = asks_of(demand)
         shared = self._shared_scores.get(asks)
         if shared is None or len(shared) > 2 * len(view.nodes):
             shared = {}
             self._shared_scores.put(asks, shared)
-        return _Scorer(view.nodes, demand, self.matcher, self.config.weights, shared)
-
-
-class _Scorer:
-    """One demand's scores on one view's nodes: nodes with equal keys (the shape of what the demand
-    matches there, `Matcher.demand_key`) and the same usage object score alike, so each such pair is
-    scored once for every call (`shared`, kept per demand by the Decider)."""
-
-    def __init__(
-        self,
-        nodes: Mapping[str, Node],
-        demand: Demand,
-        matcher: Matcher,
-        weights: ScoreWeights,
-        shared: dict[tuple[object, ...], tuple[Usage, int]],
-    ) -> None:
-        self.nodes, self.demand, self.matcher, self.weights, self.shared = nodes, demand, matcher, weights, shared
-        # Nodes of one model match a demand that reads no device identity alike: its key is worked
-        # out once per model, so a new pod shape costs a few dictionary reads per node (at 10,000
-        # nodes a method call or two more per node was a third of its first prioritize).
-        self._by_model: dict[int, object] | None = {} if matcher.alike_by_model(demand) else None
-
-    def fill(self, usage: Mapping[str, Usage], names: list[str], scores: dict[str, int]) -> None:
-        for name in names:
-            scores[name] = self.value(name, usage[name]) if name in self.nodes else 0
-
-    def value(self, name: str, used: Usage) -> int:
-        node = self.nodes[name]
-        if self._by_model is None:
-            key = self.matcher.demand_key(node, self.demand)
-        else:
-            key = self._by_model.get(node.model)
-            if key is None:
-                key = self._by_model[node.model] = self.matcher.demand_key(node, self.demand)
-        alike = (key, id(used))
-        found = self.shared.get(alike)
-        if found is not None and found[0] is used:  # the entry holds `used`: its id is not reused
-            return found[1]
-        value = score(node, used, self.demand, self.matcher, self.weights)
-        self.shared[alike] = (used, value)
-        return value
-
-
-def _asks(demand: Demand) -> object:
-    """All that scoring reads of `demand` besides the devices its selectors match (which
-    `Matcher.demand_key` gives per node): each request's count, capacity, matchAttribute, mode and
-    partners, and the pod's other-driver partners. Partners' selectors are part of it: scores that
-    read other drivers' devices are keyed by node, not by shape."""
-    return (
-        tuple((r.count, r.capacity, r.match_attribute, r.all_devices, r.partners) for r in demand.requests),
-        demand.partners,
-    )
-
-
-def _moved(
-    names: list[str],
-    nodes: Mapping[str, Node],
-    nodes_before: Mapping[str, Node],
-    usage: Mapping[str, Usage],
-    usage_before: Mapping[str, Usage],
-) -> list[str]:
-    """The names whose node or usage object is not the one it was: compared in C loops (a list
-    comprehension over every name the scheduler sends was a tenth of a 1-GPU pod's CPU at 500 nodes)."""
-
-    def differing(now: Mapping[str, object], before: Mapping[str, object]) -> Iterator[str]:
-        return itertools.compress(names, map(operator.is_not, map(now.get, names), map(before.get, names)))
-
-    moved = set(differing(usage, usage_before))
-    if nodes is not nodes_before:
-        moved.update(differing(nodes, nodes_before))
-    return list(moved)
+        return Scorer(view.nodes, demand, self.matcher, self.config.weights, shared)

@@ -1,4 +1,4 @@
-"""Plan every waiting gang at once, oldest first, and hold the planned capacity. Pure.
+"""Plan every waiting gang at once, highest priority then oldest first, and hold the planned capacity. Pure.
 
 Each gang's remaining members are planned into one domain at its required (or preferred)
 topology level, best-fit: the feasible domain with the least room to spare, so big free domains
@@ -647,16 +647,19 @@ def _plan_in_budget(
         return Plan(gang.ref.key, False, reason=reason), {}
 
 
-def _by_age(gangs: list[Gang]) -> list[Gang]:
-    return sorted(gangs, key=lambda g: (g.created, g.ref.key))
+def _by_rank(gangs: list[Gang]) -> list[Gang]:
+    """Higher priority first (what an older gang holds is never kept from a gang of higher
+    priority, as no hold is kept from a pod of higher priority), then the oldest."""
+    return sorted(gangs, key=lambda g: (-g.priority, g.created, g.ref.key))
 
 
 class Planning:
     """One plan of every gang, step by step: gangs whose plan nodes cannot change first (`settled`),
-    then each other gang's hold clock (`hold`), then the gangs still holding, oldest first, each
-    against the usage the older ones left (`place`), and last the expired ones behind them, holding
-    nothing. Each step is a method so that the incremental wrapper (extender.plan.incremental) can
-    answer it from what the last plan worked out; the rule itself lives here only."""
+    then each other gang's hold clock (`hold`), then the gangs still holding, highest priority then
+    oldest first, each against the usage the ones before left (`place`), and last the expired ones
+    (and those past their namespace's share) behind them, holding nothing. Each step is a method so
+    that the incremental wrapper (extender.plan.incremental) can answer it from what the last plan
+    worked out; the rule itself lives here only."""
 
     def __init__(
         self,
@@ -805,8 +808,15 @@ class Planning:
         after = {g.ref.key: self.hold(g) for g in present}
         active = [g for g in present if not after[g.ref.key].expired]
         waiting = [g for g in present if after[g.ref.key].expired]
-        for gang in _by_age(active):
+        bound = self.limits.namespace_hold_nodes(len(self.nodes))
+        by_namespace: dict[str, set[str]] = defaultdict(set)  # nodes each namespace's gangs hold on
+        for gang in _by_rank(active):
             plan, changed = self.place(gang, held, False)
+            namespace = gang.ref.key.partition("/")[0]
+            if bound is not None and len(by_namespace[namespace] | plan.slots.keys()) > bound:
+                waiting.append(gang)  # past its namespace's share: it waits holding nothing
+                continue
+            by_namespace[namespace].update(plan.slots)
             plans[gang.ref.key] = plan
             held.update(changed)
             self.domains.applied(held, changed)
@@ -816,7 +826,7 @@ class Planning:
                 for part, slots in plan.part_slots.items():
                     self.taken.update(dict.fromkeys(slots, owner(gang, part)))
         after_active = dict(held)
-        for gang in _by_age(waiting):
+        for gang in _by_rank(waiting):
             plan, changed = self.place(gang, after_active, True)
             plan.expired = True
             plans[gang.ref.key] = plan

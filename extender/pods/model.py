@@ -5,6 +5,7 @@ limits on planning. Pure data and the questions a gang answers about itself.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -243,3 +244,8 @@ class PlanLimits:
     budget: float = PLAN_BUDGET_SECONDS
     max_gang_size: int | None = None
     levels: tuple[str, ...] = ()
+    namespace_hold_share: float = 1.0  # of the nodes, where one namespace's waiting gangs may hold
+
+    def namespace_hold_nodes(self, nodes: int) -> int | None:
+        """How many nodes one namespace's gangs may hold capacity on; None: no bound."""
+        return None if self.namespace_hold_share >= 1 else max(1, math.floor(self.namespace_hold_share * nodes))

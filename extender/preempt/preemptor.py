@@ -25,20 +25,19 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 
 from kubernetes import client
 
 from extender.cluster.reservation import (
     ANNOTATIONS_LIMIT,
     Reservation,
-    Reserved,
     Victim,
     annotation_bytes,
     lease_body,
 )
 from extender.cluster.view import ClusterView
-from extender.devices.node_usage import Node, Usage
+from extender.plan.holds import kept_from_preemptor
 from extender.pods.demand import allocated_node
 from extender.pods.facts import PodFacts
 from extender.pods.keys import key_of
@@ -56,7 +55,6 @@ from extender.preempt.preemption_plan import (
 )
 from extender.preempt.preemption_plan import decide as decide_preemption
 from extender.preempt.victim_index import VictimIndex
-from extender.recover.records import per_node_demand, spare_usage
 
 log = logging.getLogger(__name__)
 LEADER_LEASE = "nativedra-extender-preemption"
@@ -76,43 +74,6 @@ class EvictionRefusedError(Exception):
 
 def identity() -> str:
     return os.environ.get("NATIVEDRA_POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-
-
-def kept_usage(reservations: Iterable[Reservation]) -> dict[str, Usage]:
-    kept: dict[str, Usage] = {}
-    for reservation in reservations:
-        for node, reserved in reservation.nodes.items():
-            kept[node] = kept[node].plus(reserved.usage) if node in kept else reserved.usage
-    return kept
-
-
-def kept_from(
-    reservations: Mapping[str, Reservation],
-    returns: Mapping[str, Reservation],
-    preemptor: Preemptor,
-    nodes: Mapping[str, Node],
-) -> dict[str, Usage]:
-    """What the preemptor must not count free: devices kept for other preemptors; the nodes kept for
-    returning gangs of its priority or higher, spares at their full size (a vacated record keeps
-    only their free part, and evicting a borrower there would hand the gang's spare to another); and
-    the spares of running gangs of its own priority (evicting their borrowers would free nothing it
-    may take)."""
-    kept = []
-    for key, record in returns.items():
-        if key == preemptor.key:
-            continue
-        if record.holds and record.priority >= preemptor.priority:
-            needed = per_node_demand(record.nodes)
-            full = {
-                # A record that names no member's node (none left fit) keeps its spares whole.
-                name: Reserved(0, spare_usage(nodes[name], needed or len(nodes[name].devices), spare.usage.devices))
-                for name, spare in record.spares.items()
-                if name in nodes
-            }
-            kept.append(dataclasses.replace(record, nodes={**record.nodes, **full}))
-        elif record.spares and record.running and record.priority == preemptor.priority:
-            kept.append(dataclasses.replace(record, nodes=record.spares))
-    return kept_usage([*(r for r in reservations.values() if r.holds), *kept])
 
 
 class Preemption(LeaderDuty):
@@ -143,13 +104,13 @@ class Preemption(LeaderDuty):
         blocked = frozenset(pod for pod, until in self._blocked.items() if until > now)
         budgets = [Budget.from_api(pdb) for pdb in view.budgets.values()]
         admission, requested = self.state.node_room()
-        kept = kept_usage(r for r in view.reservations.values() if r.holds)
-        occupancy = Occupancy.of(view, self.config.driver, kept, admission, requested, index=self._index)
+        cluster = self.plans.plan(view, None, now)
+        seen: Occupancy | None = None
         for preemptor, pods in waiting:
-            lent = kept_from(view.reservations, view.returns, preemptor, view.nodes)
-            seen = occupancy
-            if lent != kept:  # returns and spares kept from it: evicting there frees nothing it may take
-                seen = Occupancy.of(view, self.config.driver, lent, admission, requested, index=self._index)
+            # Every hold kept from it (extender.plan.holds): evicting there frees nothing it may take.
+            kept = kept_from_preemptor(view, cluster, preemptor.key, preemptor.priority, view.nodes)
+            if seen is None or seen.kept != kept:
+                seen = Occupancy.of(view, self.config.driver, kept, admission, requested, index=self._index)
             decision = decide_preemption(seen, preemptor, budgets, self.plans.matcher, blocked, pause=_courteous())
             if isinstance(decision, NoHelp):
                 self._not_helpful(decision, pods, now)

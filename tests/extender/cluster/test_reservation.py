@@ -222,7 +222,9 @@ def test_every_replica_lets_a_hold_go_at_its_expiry_without_the_leader() -> None
     kept = lapsed.reservations[f"{NS}/big"]
     assert kept.lapsed and not kept.holds, "still listed (the leader deletes it), kept from no one"
     decider = Decider(ExtenderConfig())
-    assert decider.filter(lapsed, big, ["a", "b"], now=1_121.0)[0] == ["b"], "the preemptor is pinned to nothing"
+    assert decider.filter(lapsed, big, ["a", "b"], now=1_121.0)[0] == ["a", "b"], (
+        "the preemptor is pinned to nothing and refused nowhere for a hold (the scheduler's own filter finds a full)"
+    )
     assert decider.filter(lapsed, small, ["a", "b"], now=1_121.0)[0] == ["a", "b"], "node a's GPUs are anyone's"
     state.apply("MODIFIED", "preemptions", _lease(_reservation({"a": Reserved(1, Usage({"gpu-0"}))})))
     assert state.view().usage["a"].devices == {f"gpu-{i}" for i in range(2, 8)}, "same expiry: lapsed at once"

@@ -81,6 +81,31 @@ def test_capacity_held_for_a_gang_is_held_from_equal_and_lower_priority_only() -
         assert passing == passing_nodes, (priority, failed)
 
 
+def test_one_namespaces_gangs_hold_capacity_on_at_most_the_admins_share_of_the_nodes() -> None:
+    """On 424026c one pod labelled as a member of a gang of 8 (the rest never created) held all 8
+    nodes from every other pod of its priority, and held them again whenever capacity freed."""
+    forged = [pod("b-0", namespace="team-b", labels=gang_labels("big", 8), template="eight", created=CREATED)]
+    small = [
+        pod(f"s-{i}", namespace="team-b", labels=gang_labels("small", 2), template="eight", created=LATER)
+        for i in range(2)
+    ]
+    templates = [*TEMPLATES, claim_template("eight", 8, namespace="team-b")]
+    cluster = view(racks({"r": 8}), pods=[*forged, *small], templates=templates)
+    names = sorted(cluster.nodes)
+    team_a = pod("a", template="eight", created=CREATED)
+    unbounded = Decider(ExtenderConfig()).filter(cluster, team_a, names, now=SOON_AFTER)
+    assert unbounded[0] == [], "with no bound, team B's gangs hold every node"
+    decider = Decider(ExtenderConfig(max_namespace_hold_share=0.25))  # 2 of 8 nodes
+    passing, failed, _ = decider.filter(cluster, team_a, names, now=SOON_AFTER)
+    assert len(passing) == 6 and len(failed) == 2, failed
+    assert all("team-b/gang:small" in why for why in failed.values()), (
+        "the gang of 8 is past the share: it holds nothing"
+    )
+    alone = view(racks({"r": 8}), pods=forged, templates=templates)
+    bounded = Decider(ExtenderConfig(max_namespace_hold_share=0.25))
+    assert bounded.filter(alone, team_a, names, now=SOON_AFTER)[0] == names, "the gang of 8 alone holds nothing"
+
+
 def test_a_pod_whose_template_is_not_seen_yet_waits() -> None:
     cluster = gang_view({"r": 2}, [])
     names = sorted(cluster.nodes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from extender.devices.cel_eval import Selectors
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher
@@ -44,6 +46,18 @@ def test_older_gang_holds_and_the_younger_one_holds_nothing() -> None:
     assert not young.feasible and young.slots == {}
     assert "needs 4 more pod(s) x 8 device(s)" in young.reason and "room for 2" in young.reason
     assert sum(len(h) for h in result.holders.values()) == 4
+
+
+def test_a_younger_gang_of_higher_priority_is_planned_first_and_holds() -> None:
+    """On 424026c gangs held oldest first whatever their priority: an older priority-0 gang's hold
+    refused a priority-100 gang, whose members the extender then answered as unplaceable."""
+    nodes = racks({"r": 6})
+    old = gang("old", 4, 1.0)
+    young = gang("young", 4, 2.0)
+    urgent = Gang(young.ref, [dataclasses.replace(m, spec={"priority": 100}) for m in young.members])
+    result = plan(nodes, [old, urgent])
+    assert result.plans["ns/gang:young"].feasible and sum(result.plans["ns/gang:young"].slots.values()) == 4
+    assert not result.plans["ns/gang:old"].feasible
 
 
 def test_bound_members_fix_the_domain() -> None:

@@ -4,6 +4,7 @@ them, gangs whole or not at all, and nothing evicted where nothing would help.""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -19,6 +20,7 @@ from extender.devices.node_usage import Usage
 from extender.plan.capacity import Matcher
 from extender.plan.config import ExtenderConfig
 from extender.plan.current import CurrentPlan
+from extender.plan.holds import kept_from_preemptor
 from extender.pods.demand import demand_of
 from extender.pods.facts import PodFacts
 from extender.preempt.preemption_plan import (
@@ -32,7 +34,6 @@ from extender.preempt.preemption_plan import (
     pod_preemptor,
     victim_units,
 )
-from extender.preempt.preemptor import kept_from
 from extender.preempt.victims import cost_of
 from testkit import builders
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod, gang_labels
@@ -352,7 +353,8 @@ def test_a_running_gangs_spare_is_no_room_for_a_preemptor_of_the_gangs_priority(
     running = Reservation("return-g", f"{NS}/gang:g", "gang g", 100, {"a": spare}, (), 1.0, 61.0, returning=True)
     for priority, helped in ((100, False), (200, True)):
         preemptor = _single(view, cluster.wait(f"p{priority}", 8, priority))
-        kept = kept_from({}, {running.preemptor: running}, preemptor, view.nodes)
+        seen = dataclasses.replace(view, returns={running.preemptor: running})
+        kept = kept_from_preemptor(seen, None, preemptor.key, preemptor.priority, view.nodes)
         decision = decide(Occupancy.of(view, DRIVER, kept), preemptor, [], MATCHER)
         assert isinstance(decision, Decision) is helped, (priority, decision)
 
@@ -369,6 +371,7 @@ def test_a_vacated_gangs_nodes_and_whole_spare_are_no_room_for_a_preemptor_of_it
     )
     for priority, helped in ((100, False), (200, True)):
         preemptor = _single(view, cluster.wait(f"q{priority}", 8, priority))
-        kept = kept_from({}, {returning.preemptor: returning}, preemptor, view.nodes)
+        seen = dataclasses.replace(view, returns={returning.preemptor: returning})
+        kept = kept_from_preemptor(seen, None, preemptor.key, preemptor.priority, view.nodes)
         decision = decide(Occupancy.of(view, DRIVER, kept), preemptor, [], MATCHER)
         assert isinstance(decision, Decision) is helped, (priority, decision)
