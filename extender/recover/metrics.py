@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from extender.cluster.reservation import Reservation
+from extender.plan.holds import Hold, Kind
 
 GANGS_VACATED = Counter(
     "nativedra_extender_gangs_vacated_total",
@@ -29,24 +29,22 @@ SPARE_NODES = Gauge(
 )
 HELD_DEVICES = Gauge(
     "nativedra_extender_held_devices",
-    "Devices kept from others for gangs, per namespace: spare (running gangs' spares, lent to lower "
-    "priority) and return (the nodes of gangs that lost members, until they are whole again)",
+    "Devices kept from others, per namespace: spare (running gangs' spares, lent to lower priority), "
+    "return (the nodes of gangs that lost members, until they are whole again) and preemption "
+    "(freed by preemption for their preemptor)",
     ["namespace", "hold"],
 )
 
 
-def count_held(records: Iterable[Reservation]) -> None:
-    """Set the spare and held gauges from the return records (namespaces gone are dropped)."""
-    records = [kept for kept in records if kept.returning]
-    SPARE_NODES.set(sum(len(kept.spares) for kept in records if kept.running))
+def count_held(holds: Iterable[Hold]) -> None:
+    """Set the spare and held gauges from the holds the Leases record (extender.plan.holds);
+    namespaces gone are dropped."""
+    holds = list(holds)
+    SPARE_NODES.set(sum(len(hold.nodes) for hold in holds if hold.kind is Kind.SPARE))
     held: dict[tuple[str, str], int] = {}
-    for kept in records:
-        if not kept.holds and not kept.running:
-            continue  # lapsed: kept from no one
-        hold = "return" if kept.holds else "spare"
-        nodes = kept.nodes.values() if kept.holds else kept.spares.values()
-        key = (kept.preemptor.partition("/")[0], hold)
-        held[key] = held.get(key, 0) + sum(len(reserved.usage.devices) for reserved in nodes)
+    for hold in holds:
+        key = (hold.namespace, str(hold.kind))
+        held[key] = held.get(key, 0) + sum(len(usage.devices) for usage in hold.nodes.values())
     HELD_DEVICES.clear()
-    for (namespace, hold), devices in held.items():
-        HELD_DEVICES.labels(namespace, hold).set(devices)
+    for (namespace, kind), devices in held.items():
+        HELD_DEVICES.labels(namespace, kind).set(devices)

@@ -19,6 +19,7 @@ from kubernetes import client
 from extender.cluster.reservation import ANNOTATIONS_LIMIT, Reservation, Reserved, annotation_bytes, lease_body
 from extender.cluster.state import NATIVE_KINDS
 from extender.cluster.view import ClusterView
+from extender.plan.holds import recorded
 from extender.pods.keys import key_of
 from extender.pods.model import Gang
 from extender.preempt.duty import API_TIMEOUT_S, CONFLICT, NOT_FOUND, LeaderDuty
@@ -85,7 +86,7 @@ class Returns(LeaderDuty):
         self._backed_off = {k: v for k, v in self._backed_off.items() if k in gangs or k in view.returns}
         for key, kept in list(view.returns.items()):
             self._each(key, now, functools.partial(self._tend, view, gangs.get(key), kept, now))
-        count_held(view.returns.values())
+        count_held(recorded(view))
         if not self.hold_seconds:
             return  # returns off: records left from before are let go, none is written
         for key, gang in gangs.items():

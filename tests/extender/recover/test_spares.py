@@ -12,6 +12,7 @@ from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher
 from extender.plan.config import RACK_LABEL, ExtenderConfig
 from extender.plan.decide import Decider
+from extender.plan.holds import recorded
 from extender.plan.planner import plan_cluster
 from extender.pods.model import Gang, Member, PlanLimits
 from extender.recover.grant import SparesGrant
@@ -218,6 +219,7 @@ def test_held_devices_are_counted_per_namespace_and_hold() -> None:
     spares = {"a-4": Reserved(0, spare_usage(nodes["a-4"], 8))}
     running = record(_running(), _placed(nodes), priority=0, now=10.0, hold=60, spares=spares)
     other = dataclasses.replace(running, preemptor="team-b/jobset:x", vacated=20.0)
-    count_held([running, other])
+    cluster = dataclasses.replace(view(nodes), returns={running.preemptor: running, other.preemptor: other})
+    count_held(recorded(cluster))
     assert HELD_DEVICES.labels("ns", "spare")._value.get() == 8
     assert HELD_DEVICES.labels("team-b", "return")._value.get() == 32, "the 3 nodes it ran on and its spare"
