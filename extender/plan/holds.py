@@ -21,14 +21,17 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from extender.cluster.reservation import Reservation
 from extender.cluster.view import ClusterView
 from extender.devices.node_usage import Node, Usage
 from extender.plan.capacity import Matcher, place
-from extender.plan.planner import ClusterPlan
 from extender.pods.demand import Demand
 from extender.recover.records import per_node_demand, spare_usage
+
+if TYPE_CHECKING:  # the planner reads holds too
+    from extender.plan.planner import ClusterPlan
 
 UNKNOWN_PRIORITY = 2**31 - 1  # a plan holder whose priority is not known: kept from every pod
 
@@ -80,18 +83,23 @@ def _nodes(reservation: Reservation) -> dict[str, Usage]:
     return {name: reserved.usage for name, reserved in reservation.nodes.items()}
 
 
+def of_record(kept: Reservation) -> Hold | None:
+    """What a preemption's Lease or a return record keeps now: None once lapsed, or for a running
+    gang without spares."""
+    if kept.holds:
+        kind = Kind.RETURN if kept.returning else Kind.PREEMPTION
+        return Hold(kind, (kept.preemptor,), kept.what, kept.priority, kept.expires, _nodes(kept))
+    if kept.running and kept.spares:
+        spares = {name: reserved.usage for name, reserved in kept.spares.items()}
+        return Hold(Kind.SPARE, (kept.preemptor,), kept.what, kept.priority, kept.expires, spares)
+    return None
+
+
 def recorded(view: ClusterView) -> list[Hold]:
     """The holds the view's Leases record. The view's usage counts preemptions' and returns'
     devices already (extender.cluster.device_index); spares it does not (they are lent)."""
-    holds = []
-    for kept in (*view.reservations.values(), *view.returns.values()):
-        if kept.holds:
-            kind = Kind.RETURN if kept.returning else Kind.PREEMPTION
-            holds.append(Hold(kind, (kept.preemptor,), kept.what, kept.priority, kept.expires, _nodes(kept)))
-        elif kept.running and kept.spares:
-            spares = {name: reserved.usage for name, reserved in kept.spares.items()}
-            holds.append(Hold(Kind.SPARE, (kept.preemptor,), kept.what, kept.priority, kept.expires, spares))
-    return holds
+    holds = (of_record(kept) for kept in (*view.reservations.values(), *view.returns.values()))
+    return [hold for hold in holds if hold is not None]
 
 
 def planned(cluster: ClusterPlan) -> Iterator[Hold]:

@@ -29,6 +29,7 @@ from extender.cluster.reservation import Reservation
 from extender.devices.node_usage import Node, Usage, total_allocations
 from extender.plan.capacity import Matcher, members_fit, most_members
 from extender.plan.hold_clock import Room, hold_clock, room_counts
+from extender.plan.holds import of_record
 from extender.pods.demand import Demand
 from extender.pods.gang import GangRef, Part
 from extender.pods.model import ANYWHERE, Gang, HoldClock, Plan, PlanLimits
@@ -741,29 +742,31 @@ class Planning:
         return plan, changed, not spent
 
     def _given_back(self, gang: Gang, working: dict[str, Usage]) -> dict[str, Usage]:
-        """`working` with the devices kept for the gang's own return, and for returns of gangs of
-        lower priority, given back to it: a return keeps its devices from equal and lower priority
-        only. Not on a node where the returning gang has members again: their claims hold what was
-        kept there. Spares of running gangs of its priority are taken from it."""
+        """`working` as the gang sees it (extender.plan.holds): the devices of a return not kept
+        from it (its own, and those of lower priority) given back, but on a node where that
+        returning gang has members again (their claims hold what was kept there); the spares of
+        running gangs that are kept from it (its priority's) added."""
         if not self.holding and not self.lent:
             return working
-        priority = gang.priority
+        priority, key = gang.priority, gang.ref.key
         given: dict[str, Usage] | None = None
-        for key, kept in self.holding.items():
-            if key != gang.ref.key and kept.priority >= priority:
+        for holder, kept in self.holding.items():
+            hold = of_record(kept)
+            if hold is not None and hold.keeps_from(priority, key):
                 continue
             given = dict(working) if given is None else given
-            back = self.back.get(key, frozenset())
+            back = self.back.get(holder, frozenset())
             for name, reserved in kept.nodes.items():
                 if name in given and name not in back:
                     given[name] = given[name].minus(reserved.usage)
-        for key, kept in self.lent.items():
-            if key == gang.ref.key or key in self.holding or kept.priority != priority:
+        for holder, kept in self.lent.items():
+            spare = of_record(kept)
+            if holder in self.holding or spare is None or not spare.keeps_from(priority, key):
                 continue
             given = dict(working) if given is None else given
-            for name, reserved in kept.spares.items():
+            for name, usage in spare.nodes.items():
                 if name in given:
-                    given[name] = given[name].plus(reserved.usage)
+                    given[name] = given[name].plus(usage)
         return working if given is None else given
 
     def _hold_lost(self, gangs: list[Gang], held: dict[str, Usage], holders: dict[str, list[str]]) -> frozenset[str]:
