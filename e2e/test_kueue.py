@@ -625,6 +625,44 @@ def test_a_pod_kueue_admitted_is_never_a_victim_of_the_extenders_preemption(team
             scheduling.delete_priority_class(name)
 
 
+def test_a_kueue_label_without_an_admitted_workload_is_an_ordinary_victim(team: Team) -> None:
+    """On 424026c the label alone made a pod Kueue's: a low-priority pod labelled
+    `kueue.x-k8s.io/podset`, which no Workload owns (Kueue runs here and admitted nothing of it),
+    kept the node's 8 GPUs from a high-priority pod for ever. Now it is preempted like any other."""
+    team.nodes({"rack-a": 1})
+    scheduling = client.SchedulingV1Api(team.api)
+    low, high = f"kf-low-{team.test}", f"kf-high-{team.test}"
+    scheduling.create_priority_class({"metadata": {"name": low}, "value": 10})
+    scheduling.create_priority_class({"metadata": {"name": high}, "value": 1000})
+    core = client.CoreV1Api(team.api)
+
+    def pod(name: str, priority_class: str, labels: dict[str, str]) -> dict[str, Any]:
+        container = {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
+        return {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "priorityClassName": priority_class,
+                "terminationGracePeriodSeconds": 0,  # no kubelet here confirms a graceful end
+                "containers": [container],
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "eight"}],
+            },
+        }
+
+    try:
+        core.create_namespaced_pod(team.namespace, pod("forged", low, {"kueue.x-k8s.io/podset": "main"}))
+        wait_for(lambda: bound(team.api, team.namespace, ["forged"]) != {}, 90, "the forged pod bound")
+        core.create_namespaced_pod(team.namespace, pod("big", high, {}))
+        wait_for(lambda: bound(team.api, team.namespace, ["big"]) != {}, 120, "the high-priority pod placed")
+        events = core.list_namespaced_event(team.namespace, field_selector="reason=Preempted").items
+        assert [e.involved_object.name for e in events if e.source.component == PREEMPTOR_COMPONENT] == ["forged"]
+    finally:
+        for name in ("forged", "big"):  # waiting, it would take a later test's nodes
+            with contextlib.suppress(client.ApiException):
+                core.delete_namespaced_pod(name, team.namespace, grace_period_seconds=0)
+        for name in (low, high):
+            scheduling.delete_priority_class(name)
+
+
 def test_a_memory_quota_admits_as_many_parts_as_fit_in_it(team: Team) -> None:
     """v0.19: a queue of one H100's memory (80Gi of `nativedra.dev/gpu-memory`) admits four
     quarter-GPU Jobs and keeps the fifth waiting. v0.17 (no counters, no selectors): a queue of 4
