@@ -26,6 +26,7 @@ from extender.cluster.reservation import (
     from_lease,
     lease_body,
     lease_name,
+    return_lease_name,
 )
 from extender.cluster.state import ClusterState
 from extender.devices.node_usage import Usage
@@ -80,7 +81,7 @@ def test_thousands_of_victims_and_a_two_thousand_node_record_with_spares_are_wri
     )
     decision = Reservation(lease_name("ns/big"), "ns/big", "gang ns/big", 100, _nodes(512, 8), victims, T0, T0 + 300)
     record = Reservation(
-        "return-big",
+        return_lease_name("jobset/ns/big"),
         "jobset/ns/big",
         "gang jobset/ns/big",
         0,

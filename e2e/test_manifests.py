@@ -11,6 +11,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from extender.cluster.reservation import LABEL
 from nativedra.base.kube.names import DRIVER_NAME, EVERY_NODE_PROFILE
 from nativedra.base.kube.resources import RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, wait_for
@@ -186,3 +187,40 @@ def _try(action: Any) -> Any:
         if error.status in (403, 422):
             return None  # the policy may not have reached the admission plugin yet
         raise
+
+
+def _as(control_plane: ControlPlane, user: str, group: str) -> client.ApiClient:
+    impersonating = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    impersonating.set_default_header("Impersonate-User", user)
+    impersonating.set_default_header("Impersonate-Group", group)
+    return impersonating
+
+
+def test_only_the_extender_writes_the_leases_it_acts_on(control_plane: ControlPlane, installed: Any) -> None:
+    """On 424026c anyone with Lease write in nativedra-system (the second scheduler's Role had it)
+    could create a Lease labelled nativedra.dev/preemption, and the leader evicted its victims.
+    Here an intruder with every RBAC right (system:masters) is refused at admission; the extender's
+    own service account is admitted (dry run)."""
+    planted = {
+        "metadata": {"generateName": "preempt-", "labels": {LABEL: "true"}},
+        "spec": {"holderIdentity": "intruder"},
+    }
+    intruder = client.CoordinationV1Api(_as(control_plane, "system:serviceaccount:team-b:default", "system:masters"))
+    extender = client.CoordinationV1Api(
+        _as(control_plane, "system:serviceaccount:nativedra-system:nativedra-extender", "system:serviceaccounts")
+    )
+
+    def refused() -> bool:
+        try:
+            intruder.create_namespaced_lease("nativedra-system", planted, dry_run="All")
+        except client.ApiException as error:
+            return error.status in (403, 422) and "only the nativedra extender writes" in str(error.body)
+        return False
+
+    wait_for(refused, 30, "the Lease policy to refuse the intruder (policy sync)")
+    unlabelled = {"metadata": {"generateName": "return-"}, "spec": {}}
+    with pytest.raises(client.ApiException):
+        intruder.create_namespaced_lease("nativedra-system", unlabelled, dry_run="All")
+    elsewhere = intruder.create_namespaced_lease("default", planted, dry_run="All")
+    assert elsewhere.metadata.labels == {LABEL: "true"}, "another namespace's Leases are not the extender's"
+    assert extender.create_namespaced_lease("nativedra-system", planted, dry_run="All").metadata.name

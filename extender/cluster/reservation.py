@@ -312,6 +312,12 @@ def from_lease(lease: dict[str, Any]) -> Reservation:
         except (ValueError, TypeError, KeyError, RecursionError) as error:
             raise ReservationError(f"{name}: annotation {RETURNING} must be JSON with vacated: {error}") from error
         vacated = None if vacated_text is None else _seconds(vacated_text, f"{name}: annotation {RETURNING}.vacated")
+    expected = return_lease_name(annotations[PREEMPTOR]) if returning else lease_name(annotations[PREEMPTOR])
+    if metadata.get("name") != expected:
+        raise ReservationError(
+            f"{name}: not the name the extender gives the record of {annotations[PREEMPTOR]!r} ({expected}): "
+            "not the extender's, ignored"
+        )
     return Reservation(
         str(metadata.get("name", "")),
         annotations[PREEMPTOR],

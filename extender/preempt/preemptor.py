@@ -266,6 +266,10 @@ class Preemption(LeaderDuty):
             pod = self._target(view, victim)
             if pod is None:
                 continue
+            refusal = not_a_victim(pod, reservation)
+            if refusal is not None:
+                log.warning("%s is not evicted for %s: %s", victim.pod, reservation.what, refusal)
+                continue
             timeout = self.leader.prove(f"evicting {victim.pod}", API_TIMEOUT_S)
             try:
                 self._eviction(victim, dry_run=False, timeout_s=timeout)
@@ -310,6 +314,16 @@ class Preemption(LeaderDuty):
         a replica that led before could not (it may have stopped between two evictions). True when
         it let one go."""
         pods = self._preemptor_pods(view, gangs, reservation)
+        if pods and min(pod.priority for pod in pods) != reservation.priority:
+            log.warning(
+                "Lease %s says %s has priority %d, its pods %d: not the extender's decision, let go unevicted",
+                reservation.lease,
+                reservation.what,
+                reservation.priority,
+                min(pod.priority for pod in pods),
+            )
+            self.let_go(reservation, f"letting the Lease {reservation.lease} go")
+            return True
         driver = self.config.driver
         placed = [pod for pod in pods if pod.node or allocated_node(pod, view.claims, driver)]
         gang = gangs.get(reservation.preemptor)
@@ -338,6 +352,17 @@ class Preemption(LeaderDuty):
         gang = gangs.get(reservation.preemptor)
         names = [m.pod for m in gang.members] if gang is not None else [reservation.preemptor]
         return [view.pods[key_of(name)] for name in names if key_of(name) in view.pods]
+
+
+def not_a_victim(pod: PodFacts, reservation: Reservation) -> str | None:
+    """Why a pod its decision names may not be evicted now, re-checked before each eviction (a
+    decision is read from a Lease, which outlives the view it was made on): only a pod of lower
+    priority than the preemptor's, on a node the decision keeps, is evicted for it."""
+    if pod.priority >= reservation.priority:
+        return f"its priority {pod.priority} is not lower than the preemptor's {reservation.priority}"
+    if pod.node not in reservation.nodes:
+        return f"it runs on {pod.node or 'no node'}, none of the nodes the decision keeps"
+    return None
 
 
 def _courteous(every_s: float = COURTESY_S) -> Callable[[], None]:

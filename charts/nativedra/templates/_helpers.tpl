@@ -28,6 +28,11 @@ imagePullPolicy: {{ . }}
 system:serviceaccount:{{ include "nativedra.namespace" . }}:nativedra-plugin
 {{- end }}
 
+{{/* The extender's service account as the API server names it (admission policy). */}}
+{{- define "nativedra.extenderUser" -}}
+system:serviceaccount:{{ include "nativedra.namespace" . }}:nativedra-extender
+{{- end }}
+
 {{/* The extender's Service DNS name: its serving certificate's SAN and the scheduler's urlPrefix. */}}
 {{- define "nativedra.extenderHost" -}}
 nativedra-extender.{{ include "nativedra.namespace" . }}.svc

@@ -30,6 +30,8 @@ from extender.cluster.reservation import (
     annotation_bytes,
     from_lease,
     lease_body,
+    lease_name,
+    return_lease_name,
 )
 from extender.cluster.state import ClusterState
 from extender.devices.node_usage import Usage
@@ -39,12 +41,13 @@ from testkit import builders
 from testkit.builders import DRIVER, GPU_CLASS, claim_template, claimed_pod
 
 NS = "ns"
+BIG_LEASE = lease_name(f"{NS}/big")
 
 
 def _reservation(nodes: dict[str, Reserved] | None = None) -> Reservation:
     kept = nodes or {"a": Reserved(1, Usage({"gpu-0", "gpu-1"}))}
     victims = (Victim(f"{NS}/low-0", "uid-low-0", (f"{DRIVER}/a/gpu-0",)),)
-    return Reservation("preempt-x", f"{NS}/big", f"pod {NS}/big", 1000, kept, victims, 1_000.5, 1_120.5)
+    return Reservation(BIG_LEASE, f"{NS}/big", f"pod {NS}/big", 1000, kept, victims, 1_000.5, 1_120.5)
 
 
 def _lease(reservation: Reservation) -> dict[str, Any]:
@@ -88,7 +91,8 @@ def _big(victims: int, nodes: int, per_node: int, spares: int = 0) -> Reservatio
         )
         for i in sorted(range(victims), key=lambda i: f"team-b/low-{i}")
     )
-    return Reservation("preempt-x", f"{NS}/big", "gang ns/big", 100, kept, who, 1_000.5, 1_300.5, returning=not who)
+    name = BIG_LEASE if who else return_lease_name(f"{NS}/big")
+    return Reservation(name, f"{NS}/big", "gang ns/big", 100, kept, who, 1_000.5, 1_300.5, returning=not who)
 
 
 @pytest.mark.parametrize(
@@ -106,6 +110,17 @@ def test_a_decision_of_thousands_of_victims_and_a_record_of_thousands_of_nodes_f
     assert annotation_bytes(lease) <= ANNOTATIONS_LIMIT
     assert lease["metadata"]["annotations"][NODES].startswith(COMPACT)
     assert from_lease(json.loads(json.dumps(lease))) == reservation
+
+
+def test_a_lease_not_named_as_the_extender_names_its_preemptors_record_is_not_the_extenders() -> None:
+    """On 424026c any Lease labelled nativedra.dev/preemption was a decision: a planted one named
+    victims by UID and was evicted by the leader."""
+    for planted in ("preempt-planted", lease_name(f"{NS}/other"), return_lease_name(f"{NS}/big")):
+        lease = _lease(_reservation())
+        lease["metadata"]["name"] = planted
+        with pytest.raises(ReservationError) as raised:
+            from_lease(lease)
+        assert f"not the name the extender gives the record of '{NS}/big' ({BIG_LEASE})" in str(raised.value)
 
 
 def test_a_small_lease_stays_plain_json_as_earlier_releases_read_it() -> None:
@@ -136,7 +151,7 @@ def test_a_compact_annotation_that_cannot_be_read_is_refused_naming_it(value: st
     lease["metadata"]["annotations"][NODES] = value
     with pytest.raises(ReservationError) as raised:
         from_lease(lease)
-    assert f"Lease nativedra-system/preempt-x: annotation {NODES}" in str(raised.value)
+    assert f"Lease nativedra-system/{BIG_LEASE}: annotation {NODES}" in str(raised.value)
     assert named in str(raised.value)
 
 
@@ -173,7 +188,7 @@ def test_a_lease_that_cannot_be_read_is_refused_naming_it_and_the_field(change: 
     change(lease)
     with pytest.raises(ReservationError) as raised:
         from_lease(lease)
-    assert "Lease nativedra-system/preempt-x" in str(raised.value)
+    assert f"Lease nativedra-system/{BIG_LEASE}" in str(raised.value)
     assert named in str(raised.value)
 
 

@@ -12,13 +12,15 @@ from typing import Any
 from dra_driver.discovery.simulated import load_profile, resolve_profile
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.slices import build_slices
-from extender.cluster.reservation import Reservation, Reserved, Victim, lease_body
+from extender.cluster.reservation import Reservation, Reserved, Victim, lease_body, lease_name
 from extender.cluster.state import ClusterState
 from extender.devices.node_usage import Usage, take
 from extender.plan.capacity import available
 from extender.pods.demand import Request
+from extender.pods.facts import PodFacts
 from extender.preempt.preemption_plan import Budget, Decision, NoHelp, decide
-from testkit.builders import DRIVER, FRACTION
+from extender.preempt.preemptor import not_a_victim
+from testkit.builders import DRIVER, FRACTION, pod
 from tests.extender.cluster.test_partners import NIC_CLASS, NIC_DRIVER, gpu_and_nic, nic_claim, nic_slice
 from tests.extender.preempt.test_preemption_plan import MATCHER, NS, Cluster, _single
 
@@ -214,7 +216,7 @@ def test_devices_kept_for_a_mig_preemptor_keep_a_fraction_off_their_gpu_in_every
     placed = Usage()
     take(placed, node.devices["gpu-0-1g-10gb-0"])
     kept = Reservation(
-        "preempt-m", f"{NS}/mig", f"pod {NS}/mig", 100, {"n": Reserved(1, placed.minus(Usage()))}, (), 0, 9
+        lease_name(f"{NS}/mig"), f"{NS}/mig", f"pod {NS}/mig", 100, {"n": Reserved(1, placed.minus(Usage()))}, (), 0, 9
     )
     lease = lease_body(kept, "replica-0")
     lease["metadata"]["namespace"] = "nativedra-system"
@@ -223,3 +225,20 @@ def test_devices_kept_for_a_mig_preemptor_keep_a_fraction_off_their_gpu_in_every
     half = Request((FRACTION,), 1)
     assert not available(node, usage, node.devices["gpu-0-1of2-0"], half)
     assert available(node, usage, node.devices["gpu-1-1of2-0"], half)
+
+
+def test_a_pod_a_decision_names_is_evicted_only_below_the_preemptors_priority_and_on_its_nodes() -> None:
+    """Re-checked before each eviction: on 424026c a Lease naming a pod by UID was enough."""
+    kept = Reservation(
+        lease_name(f"{NS}/big"), f"{NS}/big", f"pod {NS}/big", 100, {"a": Reserved(1, Usage())}, (), 0, 9
+    )
+
+    def victim(priority: int, node: str | None) -> PodFacts:
+        body = pod("v", node=node)
+        body["spec"]["priority"] = priority
+        return PodFacts.of(body)
+
+    assert not_a_victim(victim(10, "a"), kept) is None
+    assert "priority 100 is not lower than the preemptor's 100" in (not_a_victim(victim(100, "a"), kept) or "")
+    assert "priority 2000000000 is not lower" in (not_a_victim(victim(2_000_000_000, "a"), kept) or "")
+    assert "runs on b, none of the nodes the decision keeps" in (not_a_victim(victim(10, "b"), kept) or "")
