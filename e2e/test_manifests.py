@@ -224,3 +224,38 @@ def test_only_the_extender_writes_the_leases_it_acts_on(control_plane: ControlPl
     elsewhere = intruder.create_namespaced_lease("default", planted, dry_run="All")
     assert elsewhere.metadata.labels == {LABEL: "true"}, "another namespace's Leases are not the extender's"
     assert extender.create_namespaced_lease("nativedra-system", planted, dry_run="All").metadata.name
+
+
+def test_the_extenders_evictions_are_refused_in_protected_namespaces(
+    control_plane: ControlPlane, installed: Any, namespace: str
+) -> None:
+    """On 424026c the extender's ClusterRole let it evict any pod, kube-system's included; only its
+    code held it back. Its own service account's eviction (a dry run, as each decision starts) of a
+    kube-system pod is refused at admission; one in a team's namespace is allowed."""
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    spec = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    protected = core.create_namespaced_pod("kube-system", {"metadata": {"generateName": "victim-"}, "spec": spec})
+    team = core.create_namespaced_pod(namespace, {"metadata": {"generateName": "victim-"}, "spec": spec})
+    extender = client.CoreV1Api(
+        _as(control_plane, "system:serviceaccount:nativedra-system:nativedra-extender", "system:serviceaccounts")
+    )
+
+    def evict(pod: client.V1Pod) -> None:
+        name, where = pod.metadata.name, pod.metadata.namespace
+        body = {"metadata": {"name": name, "namespace": where}, "deleteOptions": {"dryRun": ["All"]}}
+        extender.create_namespaced_pod_eviction(name, where, body, dry_run="All")
+
+    try:
+
+        def refused() -> bool:
+            try:
+                evict(protected)
+            except client.ApiException as error:
+                return error.status in (403, 422) and "may not evict pods in namespace kube-system" in str(error.body)
+            return False
+
+        wait_for(refused, 30, "the eviction policy to refuse kube-system (policy sync)")
+        evict(team)
+    finally:
+        core.delete_namespaced_pod(protected.metadata.name, "kube-system", grace_period_seconds=0)

@@ -109,7 +109,7 @@ def test_lint(helm: Helm) -> None:
 def test_default_values_render_the_kustomize_base(helm: Helm) -> None:
     chart, base = by_key(helm.template()), by_key(_kustomized(MANIFESTS / "base"))
     assert differences(chart, base) == []
-    assert len(chart) == 27
+    assert len(chart) == 29
     rendered = helm.template()
     for document in rendered:  # what is normalised away is there: Helm can tell its objects apart
         assert document["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
@@ -499,3 +499,18 @@ def test_the_second_scheduler_needs_no_fixed_cluster_ip(helm: Helm) -> None:
     assert (
         by_key(_kustomized(MANIFESTS / "base"))[("Service", "nativedra-extender")]["spec"]["clusterIP"] == "10.96.0.88"
     )
+
+
+def test_protected_namespaces_and_the_extenders_own_are_refused_its_evictions(helm: Helm) -> None:
+    values = {"namespace": {"name": "gpu-system"}, "extender": {"protectedNamespaces": ["kube-system", "team-x"]}}
+    documents = helm.template(values)
+    policy = named(documents, "ValidatingAdmissionPolicy", "nativedra-extender-evictions")
+    assert (
+        policy["spec"]["validations"][0]["expression"]
+        == '!(request.namespace in ["kube-system", "team-x", "gpu-system"])'
+    )
+    assert "system:serviceaccount:gpu-system:nativedra-extender" in policy["spec"]["matchConditions"][0]["expression"]
+    decisions = named(documents, "ValidatingAdmissionPolicy", "nativedra-extender-own-decisions")
+    assert decisions["spec"]["matchConstraints"]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "gpu-system"
+    }

@@ -33,6 +33,12 @@ system:serviceaccount:{{ include "nativedra.namespace" . }}:nativedra-plugin
 system:serviceaccount:{{ include "nativedra.namespace" . }}:nativedra-extender
 {{- end }}
 
+{{/* The namespaces whose pods the extender may never evict, as a CEL list: the values' and its own. */}}
+{{- define "nativedra.protectedNamespaces" -}}
+{{- $names := concat .Values.extender.protectedNamespaces (list (include "nativedra.namespace" .)) | uniq -}}
+[{{ range $i, $name := $names }}{{ if $i }}, {{ end }}"{{ $name }}"{{ end }}]
+{{- end }}
+
 {{/* The extender's Service DNS name: its serving certificate's SAN and the scheduler's urlPrefix. */}}
 {{- define "nativedra.extenderHost" -}}
 nativedra-extender.{{ include "nativedra.namespace" . }}.svc
