@@ -168,16 +168,32 @@ def test_admission_policy_keeps_a_plugin_to_its_own_node(
     def create(node: str) -> dict[str, Any]:
         return RESOURCE_SLICES.create(plugin, _slice(node))
 
-    created = wait_for(lambda: _try(lambda: create(own)), 30, "the plugin's own slice to be admitted (policy sync)")
+    def refused(node: str) -> client.ApiException | None:
+        try:
+            RESOURCE_SLICES.create(plugin, _slice(node), dry_run=True)
+        except client.ApiException as error:
+            return error
+        return None
+
+    # The policy takes effect some time after it is created: until it refuses, nothing is proven.
+    denied = wait_for(lambda: refused(other), 30, "the policy to refuse another node's slice (policy sync)")
+    assert denied.status in {403, 422}
+    assert f"may only write ResourceSlices with spec.nodeName {own}, not {other}" in str(denied.body)
+    created = wait_for(lambda: _try(lambda: create(own)), 30, "the plugin's own slice to be admitted")
     assert created["spec"]["nodeName"] == own
-    with pytest.raises(client.ApiException) as denied:
-        create(other)
-    assert denied.value.status in {403, 422}
-    assert f"may only write ResourceSlices with spec.nodeName {own}, not {other}" in str(denied.value.body)
     nameless = _as_plugin_on(control_plane, None)
     with pytest.raises(client.ApiException) as no_node:
         RESOURCE_SLICES.create(nameless, _slice(own))
     assert "carries no node name" in str(no_node.value.body)
+    foreign = {**_slice(own), "spec": {**_slice(own)["spec"], "driver": "nic.example.com"}}
+    with pytest.raises(client.ApiException) as other_driver:
+        RESOURCE_SLICES.create(plugin, foreign)
+    assert "only write ResourceSlices of driver gpu.nativedra.dev, not nic.example.com" in str(other_driver.value.body)
+    theirs = RESOURCE_SLICES.create(control_plane.api_client(), _slice(other))  # as the other node's plugin wrote it
+    changed = {**theirs, "spec": {**theirs["spec"], "pool": {**theirs["spec"]["pool"], "generation": 2}}}
+    with pytest.raises(client.ApiException) as take_over:  # (spec.nodeName itself is immutable)
+        RESOURCE_SLICES.replace(plugin, theirs["metadata"]["name"], changed)
+    assert f"may only write ResourceSlices with spec.nodeName {own}, not {other}" in str(take_over.value.body)
 
 
 def _try(action: Any) -> Any:
