@@ -13,7 +13,7 @@ from kubernetes import client, config
 
 from extender.cluster.reservation import LABEL
 from nativedra.base.kube.names import DRIVER_NAME, EVERY_NODE_PROFILE
-from nativedra.base.kube.resources import RESOURCE_SLICES
+from nativedra.base.kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
 from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import apply_documents
 from testkit.manifests import kustomize
@@ -275,3 +275,116 @@ def test_the_extenders_evictions_are_refused_in_protected_namespaces(
         evict(team)
     finally:
         core.delete_namespaced_pod(protected.metadata.name, "kube-system", grace_period_seconds=0)
+
+
+def _allocated_claim(api: client.ApiClient, namespace: str, node: str) -> dict[str, Any]:
+    """A claim the scheduler allocated on `node` (one of our devices there), reserved for the pod that
+    uses it (a real one: the claim controller drops reservations for pods that do not exist)."""
+    request = {"name": "gpus", "exactly": {"deviceClassName": f"gpu.{DRIVER_NAME}", "count": 1}}
+    claim = RESOURCE_CLAIMS.create(
+        api, {"metadata": {"generateName": "vap-"}, "spec": {"devices": {"requests": [request]}}}, namespace
+    )
+    name = claim["metadata"]["name"]
+    spec = {
+        "schedulerName": "nobody",
+        "containers": [
+            {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "gpus"}]}}
+        ],
+        "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
+    }
+    user = client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": {"name": f"{name}-user"}, "spec": spec})
+    result = {"request": "gpus", "driver": DRIVER_NAME, "pool": node, "device": "gpu-0"}
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    claim["status"] = {
+        "allocation": {"devices": {"results": [result]}, "nodeSelector": {"nodeSelectorTerms": [term]}},
+        "reservedFor": [{"resource": "pods", "name": user.metadata.name, "uid": user.metadata.uid}],
+    }
+    return RESOURCE_CLAIMS.replace_status(api, name, claim, namespace)
+
+
+def test_a_plugin_writes_only_its_own_devices_in_claims_allocated_on_its_node(
+    control_plane: ControlPlane, installed: Any, fake_nodes: Any, namespace: str
+) -> None:
+    """On 424026c, on 1.34 and 1.35, the plugin's token could patch any claim's status (RBAC alone
+    stood in the way): emptying reservedFor or allocation hands the device to a second pod. Run on
+    1.37 here (its own checks refuse the same) and on 1.34 with `make test-matrix`."""
+    own, other = fake_nodes("vap"), fake_nodes("vap")
+    admin = control_plane.api_client()
+    here, there = _allocated_claim(admin, namespace, own), _allocated_claim(admin, namespace, other)
+    plugin = _as_plugin_on(control_plane, own)
+    manager = f"{DRIVER_NAME}/{own}"
+
+    def apply(claim: dict[str, Any], status: dict[str, Any], dry_run: bool = False) -> client.ApiException | None:
+        """Server-side apply of `status` as the plugin does it (a dry run: nothing is written)."""
+        name = claim["metadata"]["name"]
+        body = {
+            "apiVersion": RESOURCE_CLAIMS.api_version,
+            "kind": RESOURCE_CLAIMS.kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "status": status,
+        }
+        extra = {"dry_run": "All"} if dry_run else {}
+        try:
+            client.CustomObjectsApi(plugin).patch_namespaced_custom_object_status(
+                "resource.k8s.io",
+                RESOURCE_CLAIMS.version,
+                namespace,
+                "resourceclaims",
+                name,
+                body,
+                field_manager=manager,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+                **extra,
+            )
+        except client.ApiException as error:
+            return error
+        return None
+
+    def entry(node: str) -> dict[str, Any]:
+        ready = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "Prepared",
+            "message": "",
+            "lastTransitionTime": "2026-12-07T00:00:00Z",
+        }
+        return {"driver": DRIVER_NAME, "pool": node, "device": "gpu-0", "conditions": [ready]}
+
+    def merge(claim: dict[str, Any], status: dict[str, Any]) -> client.ApiException | None:
+        """A merge patch of the claim's status with the plugin's token, as a dry run."""
+        name = claim["metadata"]["name"]
+        try:
+            client.CustomObjectsApi(plugin).patch_namespaced_custom_object_status(
+                "resource.k8s.io",
+                RESOURCE_CLAIMS.version,
+                namespace,
+                "resourceclaims",
+                name,
+                {"status": status},
+                dry_run="All",
+                _content_type="application/merge-patch+json",
+            )
+        except client.ApiException as error:
+            return error
+        return None
+
+    def emptying_refused() -> client.ApiException | None:
+        refused = merge(here, {"reservedFor": None})
+        return refused if refused is not None and "reservedFor" in str(refused.body) else None
+
+    # Refused by this policy on every version; from 1.36 the API's own checks refuse these too
+    # (reservedFor and allocation need resourceclaims/binding, devices the driver's associated-node).
+    emptied = wait_for(emptying_refused, 30, "emptying reservedFor to be refused (policy sync)")
+    assert emptied.status in (403, 422)
+    dropped = merge(here, {"allocation": None, "reservedFor": None, "devices": None})
+    assert dropped is not None and "allocation" in str(dropped.body), "nor may it drop the allocation"
+    forged = merge(here, {"devices": [entry(own), {**entry(own), "driver": "nic.example.com", "device": "nic-0"}]})
+    assert forged is not None and forged.status in (403, 422), "nor write another driver's entries"
+    # Another node's claim: refused by this policy, and on 1.36+ by the API's own per-node check too.
+    refused = apply(there, {"devices": [entry(other)]})
+    assert refused is not None and refused.status in (403, 422)
+    assert "allocated on" in str(refused.body) or "status.devices" in str(refused.body)
+    assert apply(here, {"devices": [entry(own)]}) is None, "its own devices in its own node's claim"
+    read = RESOURCE_CLAIMS.get(admin, here["metadata"]["name"], namespace)
+    assert read["status"]["reservedFor"] == here["status"]["reservedFor"]

@@ -109,7 +109,7 @@ def test_lint(helm: Helm) -> None:
 def test_default_values_render_the_kustomize_base(helm: Helm) -> None:
     chart, base = by_key(helm.template()), by_key(_kustomized(MANIFESTS / "base"))
     assert differences(chart, base) == []
-    assert len(chart) == 29
+    assert len(chart) == 31
     rendered = helm.template()
     for document in rendered:  # what is normalised away is there: Helm can tell its objects apart
         assert document["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
