@@ -29,6 +29,7 @@ MODULES = (
     "e2e/test_taints_not_served.py",
     "e2e/test_extender.py",
     "e2e/test_abuse_extender_planning.py",
+    "e2e/test_admission_policies.py",
 )
 # docs/install.md rows -> the tests that show them (a test name prefix, parameters included).
 ROWS: dict[str, tuple[str, ...]] = {
