@@ -295,11 +295,17 @@ def test_a_jobset_under_kueue_tas_is_placed_whole_in_the_rack_kueue_chose(team: 
         size = rng.choice([2, 3])
         # Kueue v0.17 does not try a workload again when pods outside Kueue leave (only on its own
         # events), so 1-GPU pods leave first until some rack has room for the round's JobSet.
+        left: set[str] = set()
         while _most_free_nodes_in_a_rack(team, singles, rack_of) < size:
             gone = singles.pop(rng.randrange(len(singles)))
             client.CoreV1Api(team.api).delete_namespaced_pod(gone, team.namespace, grace_period_seconds=0)
+            left.add(gone)
             made_room += 1
-        time.sleep(1)  # Kueue's informer sees the pods that left (nothing tells when)
+        # Kueue admits from its informer's view and, inadmissible, is not asked again when pods
+        # outside Kueue leave: the pods must be gone from the API, and Kueue given time to see it
+        # (nothing tells when; 1 s was too short once on a loaded 2-core machine).
+        wait_for(lambda left=left: not left & _pod_names(team), 60, "the 1-GPU pods that made room gone")  # type: ignore[misc]
+        time.sleep(3 if left else 0)
         jobset_name = f"train-{round_}"
         template = pod_template("eight", cpu=str(NODE_CPU), annotations={REQUIRED_TOPOLOGY: RACK_LABEL})
         owner = create_queued_jobset(team.api, team.namespace, jobset_name, queue, replicas=size, template=template)
@@ -335,6 +341,10 @@ def test_a_jobset_under_kueue_tas_is_placed_whole_in_the_rack_kueue_chose(team: 
 
 def _wait_workload_gone(team: Team, owner: dict[str, Any], what: str) -> None:
     wait_for(lambda: _workload(team, owner) is None, 60, what, lambda: _explain(team.api, team.namespace))
+
+
+def _pod_names(team: Team) -> set[str]:
+    return {p.metadata.name for p in client.CoreV1Api(team.api).list_namespaced_pod(team.namespace).items}
 
 
 def _most_free_nodes_in_a_rack(team: Team, singles: list[str], rack_of: dict[str, str]) -> int:
