@@ -18,13 +18,15 @@ from nativedra.cluster import ControlPlane, wait_for
 from nativedra.objects import apply_documents
 from testkit.manifests import MANIFESTS, kustomize
 
-PLUGIN_USER = "system:serviceaccount:nativedra-system:nativedra-plugin"
+PLUGIN_USER = "system:serviceaccount:nativedra-plugin:nativedra-plugin"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
 
 @pytest.fixture(scope="module")
 def installed(api: client.ApiClient) -> list[dict[str, Any]]:
-    documents = kustomize(MANIFESTS / "base")
+    # Not the Service: its fixed ClusterIP cannot replace the address the second-scheduler overlay's
+    # left it, where e2e/test_manifests.py applied that first on the shared control plane.
+    documents = [d for d in kustomize(MANIFESTS / "base") if d["kind"] != "Service"]
     apply_documents(api, documents)
     return documents
 

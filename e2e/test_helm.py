@@ -43,6 +43,7 @@ RELEASE = "nativedra"
 CLIENT_PAIR = "nativedra-scheduler-extender-client"  # the Secret extender.tls.generate makes for the scheduler
 RELEASE_NAMESPACE = "kube-system"  # where docs/install.md's install keeps the release record (it holds the keys)
 NAMESPACE = "nativedra-system"
+PLUGIN_NAMESPACE = "nativedra-plugin"  # the plugin's own, the only privileged one
 NODE = "real-0"
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SELECTOR = "app.kubernetes.io/name=nativedra-plugin"
@@ -103,14 +104,17 @@ def test_install_upgrade_uninstall_on_a_control_plane(plain: Installed) -> None:
     assert helm("list", "-n", RELEASE_NAMESPACE, "-q").split() == [RELEASE]
     missing = [(d["kind"], d["metadata"]["name"]) for d in rendered if live(api, d) is None]
     assert missing == [], f"helm install created no {missing}"
-    assert len(rendered) == 31 + 3 + 10  # the base, the generated Secrets, the second scheduler
+    assert len(rendered) == 32 + 3 + 10  # the base, the generated Secrets, the second scheduler
     apps = client.AppsV1Api(api)
-    plugin = apps.read_namespaced_daemon_set("nativedra-plugin", NAMESPACE).spec.template.spec
+    plugin = apps.read_namespaced_daemon_set("nativedra-plugin", PLUGIN_NAMESPACE).spec.template.spec
     assert plugin.containers[0].args[-2:] == ["--fractions", "none"]
     assert {v.name: v.host_path.path for v in plugin.volumes if v.host_path}["driver-root"] == "/run/nvidia/driver"
     assert apps.read_namespaced_deployment("nativedra-extender", NAMESPACE).spec.replicas == 1
-    labels = core.read_namespace(NAMESPACE).metadata.labels
-    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    enforced = {
+        name: core.read_namespace(name).metadata.labels["pod-security.kubernetes.io/enforce"]
+        for name in (NAMESPACE, PLUGIN_NAMESPACE)
+    }
+    assert enforced == {NAMESPACE: "restricted", PLUGIN_NAMESPACE: "privileged"}
     ca = secret_data(core, "nativedra-extender-ca")
     serving = secret_data(core, "nativedra-extender-tls")
     client_cert = secret_data(core, "nativedra-scheduler-extender-client")
@@ -190,9 +194,9 @@ def count_by_type(api: client.ApiClient) -> dict[str, int]:
 
 def rolled_out(env: OnNode) -> bool:
     """One plugin pod, of the DaemonSet's current template, and Ready (the surge pod's predecessor gone)."""
-    daemonset = client.AppsV1Api(env.api).read_namespaced_daemon_set("nativedra-plugin", NAMESPACE)
+    daemonset = client.AppsV1Api(env.api).read_namespaced_daemon_set("nativedra-plugin", PLUGIN_NAMESPACE)
     status = daemonset.status
-    pods = env.core.list_namespaced_pod(NAMESPACE, label_selector=PLUGIN_SELECTOR).items
+    pods = env.core.list_namespaced_pod(PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR).items
     return bool(
         status.observed_generation == daemonset.metadata.generation
         and status.updated_number_scheduled == 1
@@ -208,21 +212,21 @@ def published_with(api: client.ApiClient, *, fractions: bool) -> dict[str, int] 
 
 
 def describe_release(env: OnNode) -> str:
-    daemonset = client.AppsV1Api(env.api).read_namespaced_daemon_set("nativedra-plugin", NAMESPACE)
+    daemonset = client.AppsV1Api(env.api).read_namespaced_daemon_set("nativedra-plugin", PLUGIN_NAMESPACE)
     status = daemonset.status
     lines = [
         f"daemonset generation={daemonset.metadata.generation} observed={status.observed_generation}"
         f" updated={status.updated_number_scheduled} available={status.number_available}"
         f" ready={status.number_ready} desired={status.desired_number_scheduled}"
     ]
-    for pod in env.core.list_namespaced_pod(NAMESPACE, label_selector=PLUGIN_SELECTOR).items:
+    for pod in env.core.list_namespaced_pod(PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR).items:
         revision = (pod.metadata.labels or {}).get("controller-revision-hash")
         lines.append(f"plugin pod {pod.metadata.name} revision={revision} deleted={pod.metadata.deletion_timestamp}")
-    for selector in (PLUGIN_SELECTOR, EXTENDER_SELECTOR):
-        for pod in env.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items:
-            lines.append(describe_pod(env.api, NAMESPACE, pod.metadata.name))
+    for namespace, selector in ((PLUGIN_NAMESPACE, PLUGIN_SELECTOR), (NAMESPACE, EXTENDER_SELECTOR)):
+        for pod in env.core.list_namespaced_pod(namespace, label_selector=selector).items:
+            lines.append(describe_pod(env.api, namespace, pod.metadata.name))
             with contextlib.suppress(client.ApiException):
-                lines.append(env.core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE, tail_lines=20))
+                lines.append(env.core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=20))
     return "\n".join(lines)
 
 
@@ -364,15 +368,16 @@ def test_chart_on_the_real_node(real_node: OnNode, capsys: pytest.CaptureFixture
         lambda: not published_devices(api, NODE), 120, "no slice of our driver left", lambda: str(count_by_type(api))
     )
     seconds["uninstall to no slices"] = time.monotonic() - uninstalled
-    wait_for(lambda: not _namespace_exists(core), 120, f"namespace {NAMESPACE} deleted")
+    for name in (NAMESPACE, PLUGIN_NAMESPACE):
+        wait_for(lambda name=name: not _namespace_exists(core, name), 120, f"namespace {name} deleted")  # type: ignore[misc]
     with capsys.disabled():
         print(f"\nhelm on the real node, seconds: { {k: round(v, 1) for k, v in seconds.items()} }")
         print(f"devices published: {before} -> after the upgrade {after}")
 
 
-def _namespace_exists(core: client.CoreV1Api) -> bool:
+def _namespace_exists(core: client.CoreV1Api, name: str) -> bool:
     try:
-        core.read_namespace(NAMESPACE)
+        core.read_namespace(name)
     except client.ApiException as error:
         if error.status == 404:
             return False

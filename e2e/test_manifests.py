@@ -34,7 +34,7 @@ def test_base_and_overlay_are_accepted(api: client.ApiClient, installed: list[di
     assert ("ValidatingAdmissionPolicy", "nativedra-plugin-own-node-slices") in base
     assert {"DaemonSet", "Deployment", "Service", "DeviceClass", "ClusterRole"} <= {kind for kind, _ in base}
     apps = client.AppsV1Api(api)
-    daemonset = apps.read_namespaced_daemon_set("nativedra-plugin", "nativedra-system")
+    daemonset = apps.read_namespaced_daemon_set("nativedra-plugin", "nativedra-plugin")
     env = {
         e.name: e.value_from.field_ref.field_path
         for e in daemonset.spec.template.spec.containers[0].env
@@ -49,6 +49,50 @@ def test_base_and_overlay_are_accepted(api: client.ApiClient, installed: list[di
     budget = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("nativedra-extender", "nativedra-system")
     assert budget.spec.min_available == 1
     assert budget.spec.selector.match_labels == extender.spec.selector.match_labels
+
+
+def _pod_templates(documents: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each workload's pod template by workload name (the CronJob's through its jobTemplate)."""
+    found = {}
+    for document in documents:
+        spec = document.get("spec", {})
+        template = spec.get("jobTemplate", {}).get("spec", {}).get("template") or spec.get("template")
+        if document["kind"] in {"Deployment", "DaemonSet", "CronJob"}:
+            found[document["metadata"]["name"]] = {**template, "namespace": document["metadata"]["namespace"]}
+    return found
+
+
+def _create_pod(api: client.ApiClient, namespace: str, template: dict[str, Any]) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "psa-"}, "spec": template["spec"]}
+    client.CoreV1Api(api).create_namespaced_pod(namespace, pod, dry_run="All")
+
+
+def test_every_shipped_pod_passes_its_namespaces_pod_security(api: client.ApiClient, installed: Any) -> None:
+    """nativedra-system enforces PSA restricted (the extender, its certificate renewal, the second
+    scheduler); only the plugin's own namespace is privileged. Each shipped pod is admitted where it
+    lives, and neither plugin (nvml, nor simulated with its hostPaths) would be in nativedra-system."""
+    templates = _pod_templates(installed)
+    simulated = _pod_templates(kustomize(MANIFESTS / "overlays" / "simulated-node"))["nativedra-plugin"]
+    core = client.CoreV1Api(api)
+    enforced = {
+        name: core.read_namespace(name).metadata.labels["pod-security.kubernetes.io/enforce"]
+        for name in ("nativedra-system", "nativedra-plugin")
+    }
+    assert enforced == {"nativedra-system": "restricted", "nativedra-plugin": "privileged"}
+    assert {name: t["namespace"] for name, t in templates.items()} == {
+        "nativedra-plugin": "nativedra-plugin",
+        "nativedra-extender": "nativedra-system",
+        "nativedra-extender-cert-renewal": "nativedra-system",
+        "nativedra-scheduler": "nativedra-system",
+    }
+    for template in [*templates.values(), simulated]:
+        _create_pod(api, template["namespace"], template)
+    for plugin in (templates["nativedra-plugin"], simulated):
+        # An account that exists there, so that Pod Security is the only reason left to refuse.
+        moved = {**plugin, "spec": {**plugin["spec"], "serviceAccountName": "nativedra-extender"}}
+        with pytest.raises(client.ApiException) as refused:
+            _create_pod(api, "nativedra-system", moved)
+        assert refused.value.status == 403 and "violates PodSecurity" in str(refused.value.body)
 
 
 @pytest.mark.parametrize("example", sorted(p.name for p in (MANIFESTS / "examples").glob("*.yaml")))

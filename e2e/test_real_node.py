@@ -50,6 +50,7 @@ from nativedra.objects import apply_documents, apply_file, device_classes, publi
 from testkit.dra import CDI_PREFIX
 from testkit.extender_harness import bound, fresh_namespace
 from testkit.extender_service import NAME as EXTENDER
+from testkit.extender_service import NAMESPACE as EXTENDER_NAMESPACE
 from testkit.extender_service import (
     SHIPPED_WIRING,
     extender_pods,
@@ -66,7 +67,7 @@ REPO = Path(__file__).resolve().parent.parent
 OVERLAY = REPO / "manifests" / "overlays" / "simulated-node"
 EXAMPLES = REPO / "manifests" / "examples"
 NODE = "real-0"
-PLUGIN_NAMESPACE = "nativedra-system"
+PLUGIN_NAMESPACE = "nativedra-plugin"
 PLUGIN_SELECTOR = "app.kubernetes.io/name=nativedra-plugin"
 PROFILE_GPUS = load_profile(resolve_profile("h100-8x")).gpus
 GPU_UUIDS = {gpu.uuid: gpu.minor for gpu in PROFILE_GPUS}
@@ -536,7 +537,7 @@ def served_extender(real_node: Node, tmp_path: Path) -> Iterator[str]:
         "the extender Deployment rolled out",
         lambda: describe_extender(real_node),
     )
-    cluster_ip = real_node.core.read_namespaced_service(EXTENDER, PLUGIN_NAMESPACE).spec.cluster_ip
+    cluster_ip = real_node.core.read_namespaced_service(EXTENDER, EXTENDER_NAMESPACE).spec.cluster_ip
     wiring, mounts = shipped_wiring(tls, tmp_path / "scheduler-files")
     url = str(wiring["extenders"][0]["urlPrefix"])
     assert url == f"https://{cluster_ip}:8888", "the shipped urlPrefix names the Service's fixed ClusterIP"
@@ -568,9 +569,9 @@ def test_a_gang_is_placed_through_the_shipped_wiring(real_node: Node, served_ext
 def describe_extender(env: Node) -> str:
     lines = [f"ready endpoints: {ready_endpoints(env.api)}"]
     for pod in extender_pods(env.api):
-        lines.append(describe_pod(env.api, PLUGIN_NAMESPACE, pod.metadata.name))
+        lines.append(describe_pod(env.api, EXTENDER_NAMESPACE, pod.metadata.name))
         with contextlib.suppress(client.ApiException):
-            lines.append(env.core.read_namespaced_pod_log(pod.metadata.name, PLUGIN_NAMESPACE, tail_lines=15))
+            lines.append(env.core.read_namespaced_pod_log(pod.metadata.name, EXTENDER_NAMESPACE, tail_lines=15))
     return "\n".join(lines)
 
 
@@ -593,7 +594,7 @@ def test_extender_pods_deleted_while_it_is_down_come_back_and_it_serves_again(
         old_containers = {container_id(status) for pod in pods for status in pod.status.container_statuses}
         started = time.monotonic()
         for pod in pods:
-            core.delete_namespaced_pod(pod.metadata.name, PLUGIN_NAMESPACE, grace_period_seconds=0)
+            core.delete_namespaced_pod(pod.metadata.name, EXTENDER_NAMESPACE, grace_period_seconds=0)
 
         def down() -> bool:
             """The deleted pods' processes gone (a force-deleted pod's container outlives its API

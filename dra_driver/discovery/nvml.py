@@ -50,7 +50,8 @@ DOUBLE_BIT_ECC_EVENT = 0x0000000000000002
 NON_FATAL_FOR_S = 300.0
 NVML_LIBRARY = "libnvidia-ml.so.1"
 # Library directories under the driver root, in the order distributions and the GPU operator use.
-LIBRARY_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "lib64", "usr/lib", "lib")
+# "" first: the shipped DaemonSet mounts only the host's library directory as the driver root.
+LIBRARY_DIRS = ("", "usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "lib64", "usr/lib", "lib")
 
 
 def brand_name(nvml: Any, value: int) -> str:

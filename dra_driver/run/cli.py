@@ -38,7 +38,8 @@ def _add_discovery_flags(parser: argparse.ArgumentParser) -> None:
         "--driver-root",
         type=Path,
         default=Path("/"),
-        help="nvml backend: the host driver root (mounted read-only) whose libnvidia-ml.so.1 is loaded",
+        help="nvml backend: where libnvidia-ml.so.1 lies (mounted read-only): the host library directory itself, "
+        "or a driver root with usr/lib64, usr/lib/x86_64-linux-gnu, ... under it",
     )
 
 

@@ -109,7 +109,7 @@ def test_lint(helm: Helm) -> None:
 def test_default_values_render_the_kustomize_base(helm: Helm) -> None:
     chart, base = by_key(helm.template()), by_key(_kustomized(MANIFESTS / "base"))
     assert differences(chart, base) == []
-    assert len(chart) == 31
+    assert len(chart) == 32
     rendered = helm.template()
     for document in rendered:  # what is normalised away is there: Helm can tell its objects apart
         assert document["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
@@ -189,7 +189,7 @@ def test_backend_driver_root_node_selector_tolerations_and_image(helm: Helm) -> 
     values = {
         "image": {"repository": "registry.example/nd", "tag": "1.2.3", "pullPolicy": "Always"},
         "plugin": {
-            "backend": "sysfs",
+            "backend": "nvml",
             "driverRoot": "/run/nvidia/driver",
             "nodeSelector": {
                 "nativedra.dev/gpu-node": None,
@@ -201,7 +201,7 @@ def test_backend_driver_root_node_selector_tolerations_and_image(helm: Helm) -> 
     }
     documents = helm.template(values)
     args = _plugin_args(documents)
-    assert build_parser().parse_args([*args, "--node-name", "n"]).backend == "sysfs"
+    assert build_parser().parse_args([*args, "--node-name", "n"]).backend == "nvml"
     plugin = named(documents, "DaemonSet", "nativedra-plugin")["spec"]["template"]["spec"]
     assert {"name": "driver-root", "hostPath": {"path": "/run/nvidia/driver", "type": "Directory"}} in plugin["volumes"]
     assert plugin["nodeSelector"] == {"example.com/accelerator": "gpu"}
@@ -226,6 +226,7 @@ def test_simulated_backend_arguments_are_the_plugins(helm: Helm) -> None:
     [
         ({"plugin": {"backend": "cuda"}}, "/plugin/backend"),
         ({"plugin": {"driverRoot": "run/nvidia"}}, "/plugin/driverRoot"),
+        ({"plugin": {"driverRoot": "/"}}, "/plugin/driverRoot"),
         ({"extender": {"replicas": -1}}, "/extender/replicas"),
         ({"plugin": {"fractions": {"denominators": [1]}}}, "/plugin/fractions/denominators/0"),
     ],
@@ -288,15 +289,67 @@ def test_secret_names_follow_their_values(helm: Helm) -> None:
 
 
 def test_another_namespace_moves_every_identity_with_it(helm: Helm) -> None:
-    documents = helm.template({"namespace": {"name": "gpu-system"}, "secondScheduler": {"enabled": True}})
+    values = {"namespace": {"name": "gpu-system", "pluginName": "gpu-plugin"}, "secondScheduler": {"enabled": True}}
+    documents = helm.template(values)
     namespaced = [d for d in documents if "namespace" in d["metadata"]]
-    assert {d["metadata"]["namespace"] for d in namespaced} == {"gpu-system", "kube-system"}
-    policy = named(documents, "ValidatingAdmissionPolicy", "nativedra-plugin-own-node-slices")
-    assert "system:serviceaccount:gpu-system:nativedra-plugin" in policy["spec"]["matchConditions"][0]["expression"]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"gpu-system", "gpu-plugin", "kube-system"}
+    plugin_objects = {
+        (d["kind"], d["metadata"]["name"]) for d in namespaced if d["metadata"]["namespace"] == "gpu-plugin"
+    }
+    assert plugin_objects == {("ServiceAccount", "nativedra-plugin"), ("DaemonSet", "nativedra-plugin")}
+    for name in ("nativedra-plugin-own-node-slices", "nativedra-plugin-own-node-claims"):
+        policy = named(documents, "ValidatingAdmissionPolicy", name)
+        assert "system:serviceaccount:gpu-plugin:nativedra-plugin" in policy["spec"]["matchConditions"][0]["expression"]
     config = yaml.safe_load(named(documents, "ConfigMap", "nativedra-scheduler")["data"]["config.yaml"])
     assert config["extenders"][0]["urlPrefix"] == "https://nativedra-extender.gpu-system.svc:8888"
     subjects = [s for d in documents if d["kind"].endswith("Binding") and "subjects" in d for s in d["subjects"]]
-    assert {s["namespace"] for s in subjects} == {"gpu-system"}
+    assert {s["namespace"] for s in subjects} == {"gpu-system", "gpu-plugin"}
+    labels = {d["metadata"]["name"]: d["metadata"]["labels"] for d in documents if d["kind"] == "Namespace"}
+    assert labels["gpu-system"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["gpu-plugin"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_the_plugin_never_shares_the_restricted_namespace(helm: Helm) -> None:
+    with pytest.raises(HelmError, match=r"namespace\.pluginName must differ"):
+        helm.template({"namespace": {"name": "gpu", "pluginName": "gpu"}})
+
+
+# What each backend's code reads on the host (docs/install.md, "What the plugin gets from the host").
+BACKEND_HOST_PATHS = {
+    "nvml": {"/dev": True, "/sys": True, "/usr/lib/x86_64-linux-gnu": True},
+    "sysfs": {"/dev": True, "/sys": True},
+    "simulated": {"/var/lib/nativedra/simulated": True},
+}
+KUBELET_AND_CDI = {
+    "/var/lib/kubelet/plugins_registry": False,
+    "/var/lib/kubelet/plugins/gpu.nativedra.dev": False,
+    "/var/run/cdi": False,
+}
+
+
+@pytest.mark.parametrize("backend", sorted(BACKEND_HOST_PATHS))
+def test_each_backend_gets_only_the_host_paths_and_privileges_it_uses(helm: Helm, backend: str) -> None:
+    """Host path -> read-only, per backend: never /, never all of /var/lib/kubelet/plugins (other
+    drivers' and CSI sockets), no mount propagation back to the host, privileged for NVML only."""
+    pod = named(helm.template({"plugin": {"backend": backend}}), "DaemonSet", "nativedra-plugin")["spec"]["template"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    container = pod["spec"]["containers"][0]
+    mounted = {
+        volumes[m["name"]]["hostPath"]["path"]: bool(m.get("readOnly"))
+        for m in container["volumeMounts"]
+        if "hostPath" in volumes[m["name"]]
+    }
+    assert mounted == BACKEND_HOST_PATHS[backend] | KUBELET_AND_CDI
+    assert all(m.get("mountPropagation") in (None, "HostToContainer") for m in container["volumeMounts"])
+    context = container["securityContext"]
+    assert context["privileged"] is (backend == "nvml")
+    if backend != "nvml":
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    env = {e["name"] for e in container["env"]}
+    assert ("NATIVEDRA_DRIVER_ROOT" in env) is (backend == "nvml")
+    assert ("NATIVEDRA_DEV_ROOT" in env) is (backend != "simulated")
 
 
 def _pod_specs(documents: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

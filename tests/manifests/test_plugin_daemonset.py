@@ -1,8 +1,9 @@
 """The plugin DaemonSet as rendered by kustomize gives the plugin what its code needs on a real
-node: root (the image's default user is the extender's non-root one), the kubelet's directories
-at the paths the plugin reports to the kubelet, a writable CDI dir, read-only host /dev (beside the
-container's own /dev, where the kubelet mounts the termination log), /sys and driver root, and
-probes that call the plugin's sockets."""
+node, and no more: root (the image's default user is the extender's non-root one), the kubelet's
+registration directory and its own plugin directory (no other driver's) at the paths the plugin
+reports to the kubelet, with no mount propagation, a writable CDI dir, read-only host /dev (beside
+the container's own /dev, where the kubelet mounts the termination log), /sys and the driver's
+library directory (never the host's /), and probes that call the plugin's sockets."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR
+from dra_driver.kubelet_paths import DEFAULT_CDI_DIR, DEFAULT_PLUGIN_DIR, DEFAULT_REGISTRY_DIR, data_dir
 from nativedra.base.kube.names import GPU_NODE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,10 +66,12 @@ def test_the_plugin_runs_on_the_nodes_labelled_for_it(pod_spec: dict[str, Any]) 
 
 def test_kubelet_dirs_are_mounted_at_the_paths_the_plugin_reports(pod_spec: dict[str, Any]) -> None:
     mounts = _mounts(pod_spec)
-    for path in (DEFAULT_REGISTRY_DIR, DEFAULT_PLUGIN_DIR, DEFAULT_CDI_DIR):
+    for path in (DEFAULT_REGISTRY_DIR, data_dir(DEFAULT_PLUGIN_DIR), DEFAULT_CDI_DIR):
         mount, volume = mounts[str(path)]
         assert volume["hostPath"]["path"] == str(path), f"{path} must be the same path inside and outside"
         assert not mount.get("readOnly"), f"the plugin writes under {path}"
+    assert str(DEFAULT_PLUGIN_DIR) not in mounts, "other drivers' and CSI plugins' sockets are not the plugin's"
+    assert all(mount.get("mountPropagation", "HostToContainer") == "HostToContainer" for mount, _ in mounts.values())
 
 
 def test_host_devices_and_driver_root_are_read_only(pod_spec: dict[str, Any]) -> None:
@@ -78,6 +81,7 @@ def test_host_devices_and_driver_root_are_read_only(pod_spec: dict[str, Any]) ->
         assert mount.get("readOnly") is True, f"{path} must be read-only"
         assert "hostPath" in volume
     assert "/dev" not in mounts, "a read-only /dev leaves runc no place for /dev/termination-log"
+    assert mounts[DRIVER_ROOT][1]["hostPath"]["path"] != "/", "the host's / holds the kubelet's credentials"
     env = {e["name"]: e.get("value") for e in pod_spec["containers"][0]["env"]}
     assert env["NATIVEDRA_DRIVER_ROOT"] == DRIVER_ROOT
     assert env["NATIVEDRA_DEV_ROOT"] == HOST_DEV

@@ -1,6 +1,14 @@
-{{/* The namespace of every namespaced object. */}}
+{{/* The namespace of every namespaced object but the node plugin's. */}}
 {{- define "nativedra.namespace" -}}
 {{ .Values.namespace.name }}
+{{- end }}
+
+{{/* The node plugin's own namespace (PSA privileged); never the other one, which is restricted. */}}
+{{- define "nativedra.pluginNamespace" -}}
+{{- if eq .Values.namespace.pluginName .Values.namespace.name -}}
+{{- fail "namespace.pluginName must differ from namespace.name: the plugin needs a privileged namespace, the rest runs restricted" -}}
+{{- end -}}
+{{ .Values.namespace.pluginName }}
 {{- end }}
 
 {{/* Helm's own labels, added beside each object's labels (never to selectors or pod templates,
@@ -25,7 +33,7 @@ imagePullPolicy: {{ . }}
 
 {{/* The plugin's service account as the API server names it (admission policy). */}}
 {{- define "nativedra.pluginUser" -}}
-system:serviceaccount:{{ include "nativedra.namespace" . }}:nativedra-plugin
+system:serviceaccount:{{ include "nativedra.pluginNamespace" . }}:nativedra-plugin
 {{- end }}
 
 {{/* The extender's service account as the API server names it (admission policy). */}}

@@ -100,6 +100,14 @@ def test_nvml_is_found_under_the_driver_root_in_search_order(tmp_path: Path) -> 
     assert find_nvml_library(tmp_path) == tmp_path / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
 
+def test_a_driver_root_that_is_the_library_directory_itself_is_searched_first(tmp_path: Path) -> None:
+    """The shipped DaemonSet mounts only the host's library directory (never its /)."""
+    (tmp_path / "usr/lib64").mkdir(parents=True)
+    (tmp_path / "usr/lib64/libnvidia-ml.so.1").write_bytes(b"not a library")
+    (tmp_path / "libnvidia-ml.so.1").write_bytes(b"not a library")
+    assert find_nvml_library(tmp_path) == tmp_path / "libnvidia-ml.so.1"
+
+
 def test_an_unloadable_library_falls_back_and_the_error_names_the_paths_tried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
