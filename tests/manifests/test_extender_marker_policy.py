@@ -1,7 +1,9 @@
 """The policies that mark the pods the extender serves, one per way of wiring a scheduler: each match
 condition, evaluated with CEL as the API server does, marks exactly the pods of its scheduler with
-resource claims and those the extender may count in a gang; the marker each adds is the one its
-scheduler configuration manages and ignores."""
+resource claims, those asking for a class by its implicit name and those the extender may count in a
+gang, whatever extended resources they add (a pod could otherwise step around the extender's holds
+with one more name); the marker each adds is the one its scheduler configuration manages and
+ignores."""
 
 from __future__ import annotations
 
@@ -67,6 +69,14 @@ PODS = {
         resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "one"}],
         containers=[{"name": "c", "resources": {"requests": {"example.com/nic": "1"}}}],
     ),
+    "a claim and a zero of any resource": _pod(
+        resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "one"}],
+        containers=[{"name": "c", "resources": {"limits": {"example.com/x": "0"}}}],
+    ),
+    "a gang member with a device plugin's resource": _pod(
+        {"jobset.sigs.k8s.io/jobset-name": "train"},
+        containers=[{"name": "c", "resources": {"limits": {"example.com/x": "1"}}}],
+    ),
     "a gang member with cpu only": _pod(
         {"nativedra.dev/gang": "g"}, containers=[{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]
     ),
@@ -83,18 +93,22 @@ def _class_resources() -> set[str]:
 
 
 @pytest.mark.parametrize("wiring", sorted(POLICIES))
-def test_pods_asking_our_classes_as_extended_resources_are_sent_by_managed_resources_not_marked(wiring: str) -> None:
-    """kube-scheduler's DRA plugin refuses a pod with a DRA-backed extended resource and the marker
-    ("cannot fit resource"): such pods are never marked, and the scheduler sends them for the
-    resource itself."""
+def test_pods_asking_our_classes_as_extended_resources_are_sent(wiring: str) -> None:
+    """Marked beside a claim whatever class resource they ask (the marker is a zero request, which
+    kube-scheduler's DRA plugin skips); an implicit class name marks on its own (the scheduler
+    refuses kubernetes.io names in managedResources); our classes' extendedResourceNames are also
+    in managedResources, counted by the DRA plugin (not ignored)."""
     path, scheduler = POLICIES[wiring]
     managed = {r["name"]: r["ignoredByScheduler"] for r in _extender_of(wiring)["managedResources"]}
     assert {r for r in _class_resources() if not r.startswith(CLASS_RESOURCE_PREFIX)} == set(CLASS_RESOURCES)
     for resource in _class_resources():
         pod = _pod(resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "one"}])
         pod["spec"]["containers"] = [{"name": "c", "resources": {"limits": {resource: "1"}}}]
-        assert not _marked(path, _scheduled_by(pod, scheduler)), resource
-        if not resource.startswith(CLASS_RESOURCE_PREFIX):  # the scheduler refuses kubernetes.io names there
+        assert _marked(path, _scheduled_by(pod, scheduler)), resource
+        alone = _pod(containers=[{"name": "c", "resources": {"limits": {resource: "1"}}}])
+        if resource.startswith(CLASS_RESOURCE_PREFIX):
+            assert _marked(path, _scheduled_by(alone, scheduler)), resource
+        else:
             assert managed[resource] is False, "counted by the DRA plugin, not ignored"
     assert managed[EXTENDER_MARKER] is True
 
@@ -114,9 +128,9 @@ def test_a_policy_marks_exactly_the_pods_the_extender_serves(wiring: str, name: 
     path, scheduler = POLICIES[wiring]
     pod = _scheduled_by(PODS[name], scheduler)
     asks = [r for c in (*pod["spec"]["containers"], *pod["spec"].get("initContainers", [])) for r in _resources(c)]
-    extended = any("/" in r for r in asks)
-    served = bool(pod["spec"].get("resourceClaims")) or may_belong_to_gang(pod)
-    assert _marked(path, pod) == (served and not extended)
+    by_class = any(r.startswith(CLASS_RESOURCE_PREFIX) for r in asks)
+    served = bool(pod["spec"].get("resourceClaims")) or may_belong_to_gang(pod) or by_class
+    assert _marked(path, pod) == served
 
 
 @pytest.mark.parametrize("wiring", sorted(POLICIES))

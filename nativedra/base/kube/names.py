@@ -38,11 +38,9 @@ WHOLE_GPU_RESOURCE = "nativedra.dev/gpu"
 
 CLASS_RESOURCES = (WHOLE_GPU_RESOURCE,)
 """The extended resources our DeviceClasses name (DRAExtendedResource). The scheduler's
-managedResources list them beside the marker: a pod asking for them is never marked (kube-scheduler's
-DRA plugin refuses a pod with a DRA-backed extended resource and any extended resource no node has,
-the marker included), so they send it to the extender themselves. A class's implicit name
-(deviceclass.resource.kubernetes.io/<class>) cannot be listed there (the scheduler refuses names in
-kubernetes.io domains): pods asking for it are placed by the scheduler alone."""
+managedResources list them beside the marker, so a pod asking for them alone is sent without being
+marked. A class's implicit name (deviceclass.resource.kubernetes.io/<class>) cannot be listed there
+(the scheduler refuses names in kubernetes.io domains): the marker policy marks pods asking for it."""
 
 STANDARD_NUMA_ATTRIBUTE = "resource.kubernetes.io/numaNode"
 """KEP-6072's NUMA node attribute: every driver publishing it lets a claim's matchAttribute put its
