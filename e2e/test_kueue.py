@@ -77,8 +77,9 @@ HOSTNAME = "kubernetes.io/hostname"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
-# Rounds of the TAS test (about 4 s each here).
+# Rounds of the TAS test (about 7 s each here, 3 of them waiting for Kueue).
 TAS_ROUNDS = int(os.environ.get("NATIVEDRA_KUEUE_TAS_ROUNDS", "20"))
+KUEUE_CATCH_UP_S = 3  # TAS test: how long Kueue gets to see the pods outside Kueue that came or went
 NODE_CPU = 8  # TAS test: allocatable cpu of a node = its GPUs, and GPU pods ask 1 cpu per GPU
 
 
@@ -301,11 +302,14 @@ def test_a_jobset_under_kueue_tas_is_placed_whole_in_the_rack_kueue_chose(team: 
             client.CoreV1Api(team.api).delete_namespaced_pod(gone, team.namespace, grace_period_seconds=0)
             left.add(gone)
             made_room += 1
-        # Kueue admits from its informer's view and, inadmissible, is not asked again when pods
-        # outside Kueue leave: the pods must be gone from the API, and Kueue given time to see it
-        # (nothing tells when; 1 s was too short once on a loaded 2-core machine).
+        # Kueue admits from its own view of the pods outside Kueue, which its reconciler updates some
+        # time after each one is bound or gone, and it never looks again at a workload it admitted on
+        # a stale view (it pins a pod to a host that was full) nor at one it refused when such pods
+        # leave. So the pods that made room must be gone from the API, and Kueue given time to see
+        # every change of this round, arrivals too (nothing tells when; 1 s was too short once on a
+        # loaded 2-core machine, and a round with no departure once admitted onto a new arrival).
         wait_for(lambda left=left: not left & _pod_names(team), 60, "the 1-GPU pods that made room gone")  # type: ignore[misc]
-        time.sleep(3 if left else 0)
+        time.sleep(KUEUE_CATCH_UP_S)
         jobset_name = f"train-{round_}"
         template = pod_template("eight", cpu=str(NODE_CPU), annotations={REQUIRED_TOPOLOGY: RACK_LABEL})
         owner = create_queued_jobset(team.api, team.namespace, jobset_name, queue, replicas=size, template=template)

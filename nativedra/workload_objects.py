@@ -27,13 +27,15 @@ def _pod_template(
     restart_policy: str = "Never",
     priority_class: str | None = None,
     annotations: dict[str, str] | None = None,
+    *,
+    grace_seconds: int = 0,
 ) -> dict[str, Any]:
     return {
         **({"metadata": {"annotations": annotations}} if annotations else {}),
         "spec": {
             **({"priorityClassName": priority_class} if priority_class else {}),
             "restartPolicy": restart_policy,
-            "terminationGracePeriodSeconds": 0,
+            "terminationGracePeriodSeconds": grace_seconds,
             "nodeSelector": node_selector,
             "containers": [
                 {"name": "main", "image": "registry.invalid/cuda:12", "resources": {"claims": [{"name": "gpus"}]}}
@@ -97,7 +99,11 @@ def create_lws(
     template: str,
     node_selector: dict[str, str],
     exclusive_topology: str | None = None,
+    grace_seconds: int = 0,
 ) -> dict[str, Any]:
+    """`grace_seconds`: the pods' termination grace. LeaderWorkerSet recreates a group only when it
+    sees a pod Terminating (deletionTimestamp set): a pod deleted at once (grace 0, no kubelet to
+    wait for) can vanish before its controller reads it, and only that pod comes back."""
     annotations = {LWS_EXCLUSIVE: exclusive_topology} if exclusive_topology else {}
     body = {
         "apiVersion": LEADER_WORKER_SETS.api_version,
@@ -105,7 +111,10 @@ def create_lws(
         "metadata": {"name": name, "annotations": annotations},
         "spec": {
             "replicas": replicas,
-            "leaderWorkerTemplate": {"size": size, "workerTemplate": _pod_template(template, node_selector, "Always")},
+            "leaderWorkerTemplate": {
+                "size": size,
+                "workerTemplate": _pod_template(template, node_selector, "Always", grace_seconds=grace_seconds),
+            },
         },
     }
     return LEADER_WORKER_SETS.create(api, body, namespace)
