@@ -104,7 +104,7 @@ def test_install_upgrade_uninstall_on_a_control_plane(plain: Installed) -> None:
     assert helm("list", "-n", RELEASE_NAMESPACE, "-q").split() == [RELEASE]
     missing = [(d["kind"], d["metadata"]["name"]) for d in rendered if live(api, d) is None]
     assert missing == [], f"helm install created no {missing}"
-    assert len(rendered) == 32 + 3 + 10  # the base, the generated Secrets, the second scheduler
+    assert len(rendered) == 33 + 3 + 10  # the base, the generated Secrets, the second scheduler
     apps = client.AppsV1Api(api)
     plugin = apps.read_namespaced_daemon_set("nativedra-plugin", PLUGIN_NAMESPACE).spec.template.spec
     assert plugin.containers[0].args[-2:] == ["--fractions", "none"]

@@ -5,7 +5,8 @@ pods run, so only the scheduler (holding a certificate from --client-ca-file) ma
 needs --insecure-http, meant for a loopback-only local control plane. Probes and metrics can be
 served on a separate plain-HTTP --probe-port, since the kubelet's HTTPS probes present no client
 certificate. The three TLS files are re-read when they change (nativedra/base/certs/tls_reload.py), so
-certificates rotate without a restart.
+certificates rotate without a restart. A verified chain is not enough: the certificate must also name
+one of --client-identities (extender/serve/client_identity.py).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from extender.recover.returns import LEADER_LEASE as RETURNS_LEADER_LEASE
 from extender.recover.returns import Returns
 from extender.serve.app import RequestLimits, create_app, create_probe_app
 from extender.serve.cert_expiry import ExpiryWatch, api_warning_poster, pod_from_env
+from extender.serve.client_identity import DEFAULT_IDENTITIES, AcceptedClients, identity_checked, parse_identities
 from extender.serve.health import Watchdog
+from extender.serve.metrics import CLIENTS_REFUSED
 from nativedra.base.certs.tls_reload import ReloadingTls, TlsFileError, TlsFiles
 from nativedra.base.cmdline.flags import add_flag
 from nativedra.base.gcutil.collector import space_out_collections
@@ -87,10 +90,18 @@ def _server(
     )
     if reloading is not None:
         # uvicorn loads the files once (and checks its settings); the server then listens with the
-        # reloading context instead, whose handshakes follow the files (nativedra/base/certs/tls_reload.py).
+        # reloading context instead, whose handshakes follow the files (nativedra/base/certs/tls_reload.py),
+        # and keeps a verified connection only from an accepted identity.
         config.load()
         config.ssl = reloading.context
+        accepted = AcceptedClients(args.client_identities)
+        config.http_protocol_class = identity_checked(config.http_protocol_class, accepted, _client_refused)
     return uvicorn.Server(config)
+
+
+def _client_refused(reason: str, peer: object) -> None:
+    CLIENTS_REFUSED.inc()
+    log.warning("closed the connection from %s: %s", peer, reason)
 
 
 def _watch_certificates(args: argparse.Namespace, api: ApiClient, stop: threading.Event) -> ReloadingTls:
@@ -221,6 +232,14 @@ def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_flag(extender, "--tls-cert-file", type=Path, help="serving certificate (PEM)")
     add_flag(extender, "--tls-key-file", type=Path, help="serving certificate's key (PEM)")
     add_flag(extender, "--client-ca-file", type=Path, help="CA that signed the scheduler's client certificate")
+    add_flag(
+        extender,
+        "--client-identities",
+        type=parse_identities,
+        default=parse_identities(DEFAULT_IDENTITIES),
+        help="comma-separated names the scheduler's client certificate must carry as its subject CN or "
+        f"a DNS or URI SAN; a certificate of the CA naming none is refused (default {DEFAULT_IDENTITIES})",
+    )
     add_flag(
         extender,
         "--certificate-warning-days",

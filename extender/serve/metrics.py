@@ -16,6 +16,10 @@ BAD_REQUESTS = Counter(
 )
 REJECTED_NODES = Counter("nativedra_extender_rejected_nodes_total", "Nodes filtered out, by path", ["path"])
 BUSY = Counter("nativedra_extender_busy_total", "Calls answered 503 because the planning queue was full", ["verb"])
+CLIENTS_REFUSED = Counter(
+    "nativedra_extender_clients_refused_total",
+    "TLS connections closed after the handshake: the client certificate names no accepted identity",
+)
 CERTIFICATE_EXPIRY = Gauge(
     "nativedra_extender_certificate_expiry_seconds",
     "Seconds until the earliest notAfter in the serving certificate file or the client CA file (negative: expired)",

@@ -78,11 +78,12 @@ def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
 def _leaf(
     ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
     common_name: str,
-    usage: x509.ObjectIdentifier,
+    usage: x509.ObjectIdentifier | list[x509.ObjectIdentifier],
     sans: list[x509.GeneralName] | None = None,
     organization: str | None = None,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     ca_cert, ca_key = ca
+    usages = usage if isinstance(usage, list) else [usage]
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     builder = (
@@ -95,7 +96,7 @@ def _leaf(
         .not_valid_after(now + _VALIDITY)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
@@ -304,8 +305,24 @@ def renew_extender_tls(tls: ExtenderTls, new_ca: bool = False) -> None:
             tls.ca_key: functools.partial(_write_key, key=ca[1]),
         }
     else:
-        key = serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise TypeError(f"{tls.ca_key}: expected the EC key this module writes")
-        ca = (x509.load_pem_x509_certificate(tls.ca_cert.read_bytes()), key)
+        ca = _extender_ca(tls)
     _publish(tls, {**written, **_leaves(tls, ca)})
+
+
+def _extender_ca(tls: ExtenderTls) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{tls.ca_key}: expected the EC key this module writes")
+    return x509.load_pem_x509_certificate(tls.ca_cert.read_bytes()), key
+
+
+def extender_leaf(
+    tls: ExtenderTls, directory: Path, common_name: str, usages: list[x509.ObjectIdentifier], dns: list[str]
+) -> tuple[Path, Path]:
+    """Another leaf of the extender's CA (certificate, key) in `directory`: what else a CA may sign,
+    such as a serving certificate made by Helm's genSignedCert (serverAuth and clientAuth)."""
+    cert, key = _leaf(_extender_ca(tls), common_name, usages, [x509.DNSName(name) for name in dns])
+    cert_path, key_path = directory / f"{common_name}.crt", directory / f"{common_name}.key"
+    _write_cert(cert_path, cert)
+    _write_key(key_path, key)
+    return cert_path, key_path

@@ -109,7 +109,7 @@ def test_lint(helm: Helm) -> None:
 def test_default_values_render_the_kustomize_base(helm: Helm) -> None:
     chart, base = by_key(helm.template()), by_key(_kustomized(MANIFESTS / "base"))
     assert differences(chart, base) == []
-    assert len(chart) == 32
+    assert len(chart) == 33
     rendered = helm.template()
     for document in rendered:  # what is normalised away is there: Helm can tell its objects apart
         assert document["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
@@ -296,7 +296,7 @@ def test_another_namespace_moves_every_identity_with_it(helm: Helm) -> None:
     plugin_objects = {
         (d["kind"], d["metadata"]["name"]) for d in namespaced if d["metadata"]["namespace"] == "gpu-plugin"
     }
-    assert plugin_objects == {("ServiceAccount", "nativedra-plugin"), ("DaemonSet", "nativedra-plugin")}
+    assert plugin_objects == {(kind, "nativedra-plugin") for kind in ("ServiceAccount", "DaemonSet", "NetworkPolicy")}
     for name in ("nativedra-plugin-own-node-slices", "nativedra-plugin-own-node-claims"):
         policy = named(documents, "ValidatingAdmissionPolicy", name)
         assert "system:serviceaccount:gpu-plugin:nativedra-plugin" in policy["spec"]["matchConditions"][0]["expression"]
@@ -450,6 +450,74 @@ def test_monitors_and_scheduler_peers(helm: Helm) -> None:
     assert verbs["ports"] == [{"port": 8888, "protocol": "TCP"}]
     assert verbs["from"][-1] == peers[0] and len(verbs["from"]) == 3
     assert not {d["kind"] for d in helm.template()} & {"ServiceMonitor", "PodMonitor"}
+
+
+def _ingress(documents: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return list(named(documents, "NetworkPolicy", name)["spec"]["ingress"])
+
+
+def _namespaces_admitted(rule: dict[str, Any]) -> list[str]:
+    return [peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for peer in rule["from"]]
+
+
+def test_network_policies_admit_the_schedulers_on_the_verbs_and_only_monitoring_on_metrics(helm: Helm) -> None:
+    """The verbs' port: the second scheduler (a pod of the extender's own namespace: no
+    namespaceSelector) and kube-system's kube-scheduler, never a label any tenant can set in its own
+    namespace; metrics (extender 8080, plugin metricsPort) from monitoring.namespaces only, and
+    from no one but each pod's node when that list is empty."""
+    for values in ({}, {"plugin": {"backend": "simulated"}}, {"secondScheduler": {"enabled": True}}):
+        for policy in (d for d in helm.template(values) if d["kind"] == "NetworkPolicy"):
+            for rule in policy["spec"]["ingress"]:
+                assert rule.get("from"), f"{policy['metadata']['name']}: a rule without `from` admits everyone"
+                assert all(peer.get("namespaceSelector") != {} for peer in rule["from"]), "any namespace admitted"
+    documents = helm.template()
+    verbs, metrics = _ingress(documents, "nativedra-extender")
+    assert verbs["from"][:2] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "nativedra-scheduler"}}},
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"component": "kube-scheduler"}},
+        },
+    ]
+    assert (metrics["ports"], _namespaces_admitted(metrics)) == ([{"port": 8080, "protocol": "TCP"}], ["monitoring"])
+    (plugin,) = _ingress(documents, "nativedra-plugin")
+    assert (plugin["ports"], _namespaces_admitted(plugin)) == ([{"port": 9400, "protocol": "TCP"}], ["monitoring"])
+    assert named(documents, "NetworkPolicy", "nativedra-plugin")["metadata"]["namespace"] == "nativedra-plugin"
+
+    documents = helm.template({"monitoring": {"namespaces": ["prometheus", "obs"]}, "plugin": {"metricsPort": 9500}})
+    (plugin,) = _ingress(documents, "nativedra-plugin")
+    assert (plugin["ports"], _namespaces_admitted(plugin)) == (
+        [{"port": 9500, "protocol": "TCP"}],
+        ["prometheus", "obs"],
+    )
+    assert _namespaces_admitted(_ingress(documents, "nativedra-extender")[1]) == ["prometheus", "obs"]
+
+    documents = helm.template({"monitoring": {"namespaces": []}})
+    assert [rule["ports"] for rule in _ingress(documents, "nativedra-extender")] == [
+        [{"port": 8888, "protocol": "TCP"}]
+    ]
+    assert _ingress(documents, "nativedra-plugin") == []
+    assert "NetworkPolicy" not in {
+        d["kind"]
+        for d in helm.template({"plugin": {"networkPolicy": {"enabled": False}}})
+        if d["metadata"]["name"] == "nativedra-plugin"
+    }
+
+
+def test_the_extender_accepts_the_client_identities_the_values_name(helm: Helm) -> None:
+    def args(values: dict[str, Any]) -> list[str]:
+        return list(_pod_specs(helm.template(values))["nativedra-extender"]["spec"]["containers"][0]["args"])
+
+    assert "--client-identities=kube-scheduler" in args({})
+    names = {"extender": {"tls": {"clientIdentities": ["kube-scheduler", "spiffe://c/ns/kube-system/sa/s"]}}}
+    assert "--client-identities=kube-scheduler,spiffe://c/ns/kube-system/sa/s" in args(names)
+    parsed = build_parser().parse_args(
+        ["extender", "--client-identities=kube-scheduler,spiffe://c/ns/kube-system/sa/s"]
+    )
+    assert parsed.client_identities == {"kube-scheduler", "spiffe://c/ns/kube-system/sa/s"}
+    for refused in ([], ["a,b"], ["two words"]):
+        with pytest.raises(HelmError, match="clientIdentities"):
+            helm.template({"extender": {"tls": {"clientIdentities": refused}}})
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,21 @@ system:serviceaccount:{{ include "nativedra.namespace" . }}:nativedra-extender
 [{{ range $i, $name := $names }}{{ if $i }}, {{ end }}"{{ $name }}"{{ end }}]
 {{- end }}
 
+{{/* A NetworkPolicy ingress rule admitting `port` (metrics) from monitoring.namespaces only; nothing
+when the list is empty, so that only the pod's own node (the kubelet's probes) reaches it. Never a
+rule without `from`, which would admit everyone. */}}
+{{- define "nativedra.monitoringIngress" -}}
+{{- with .root.Values.monitoring.namespaces }}
+- from:
+    {{- range . }}
+    - namespaceSelector:
+        matchLabels: {kubernetes.io/metadata.name: {{ . }}}
+    {{- end }}
+  ports:
+    - {port: {{ $.port }}, protocol: TCP}
+{{- end }}
+{{- end }}
+
 {{/* The extender's Service DNS name: its serving certificate's SAN and the scheduler's urlPrefix. */}}
 {{- define "nativedra.extenderHost" -}}
 nativedra-extender.{{ include "nativedra.namespace" . }}.svc

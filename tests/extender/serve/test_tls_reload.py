@@ -22,6 +22,7 @@ from cryptography import x509
 from fastapi import FastAPI
 
 from extender import cli
+from extender.serve.client_identity import DEFAULT_IDENTITIES, parse_identities
 from nativedra.base.certs.tls_reload import ReloadingTls, TlsFileError, TlsFiles, load
 from nativedra.cluster.pki import ExtenderTls, extender_tls, renew_extender_tls
 from testkit.uvicorn_thread import loopback_port, running
@@ -77,6 +78,7 @@ def serving(tls: ExtenderTls) -> Iterator[int]:
         tls_cert_file=tls.serving_cert,
         tls_key_file=tls.serving_key,
         client_ca_file=tls.ca_cert,
+        client_identities=parse_identities(DEFAULT_IDENTITIES),
     )
     settings = cli._tls(args)
     assert isinstance(settings, dict)
