@@ -35,8 +35,15 @@ from kubernetes.utils import parse_quantity
 from extender.devices.lru import GenerationalCache
 
 log = logging.getLogger(__name__)
-_REFERENCE = re.compile(r"""device\.(attributes|capacity)\[\s*['"]([^'"]+)['"]\s*\]\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)""")
-_ANY_DEVICE_MAP = re.compile(r"device\.(attributes|capacity)")
+# `device.attributes["domain"].name` or `...["domain"]["name"]`, spaced as CEL allows. Whatever else
+# reads `device` (a map walked, `device .attributes` spelled some way this misses) is left over and
+# makes the expression depend on the whole device.
+_REFERENCE = re.compile(
+    r"""\bdevice\s*\.\s*(attributes|capacity)\s*\[\s*(['"])([^'"]+)\2\s*\]\s*"""
+    r"""(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\()|\[\s*(['"])([^'"]+)\5\s*\])"""
+)
+_PLAIN_FIELD = re.compile(r"\bdevice\s*\.\s*(?:driver|allowMultipleAllocations)\b(?!\s*[.\[(])")
+_DEVICE = re.compile(r"\bdevice\b")
 _UNDEFINED = re.compile(r"Undefined variable or function: '([^']+)'")
 _MACRO = re.compile(r"\.\s*(?:all|exists|exists_one|existsOne|map|filter)\s*\(")
 # A `[` after one of these (or at the start) opens a list literal; after anything else it indexes.
@@ -49,6 +56,15 @@ UNKNOWN_RANGE = 64  # a comprehension over something other than a list literal (
 EVALUATION_BUDGET_SECONDS = 0.05  # one evaluation slower than this makes the expression fail open
 PROGRAM_CACHE_SIZE = 4096
 RESULT_CACHE_SIZE = 65_536
+
+
+def references(expression: str) -> tuple[tuple[str, str, str], ...] | None:
+    """The (section, domain, name) entries of the device an expression reads, or None when it may
+    read more than those, `driver` and `allowMultipleAllocations`: then its result depends on the
+    whole device and is cached per device, never per the entries alone."""
+    found = [(match[1], match[3], match[4] or match[6]) for match in _REFERENCE.finditer(expression)]
+    leftover = _PLAIN_FIELD.sub("", _REFERENCE.sub("", expression))
+    return None if _DEVICE.search(leftover) else tuple(found)
 
 
 def _quantity(text: str) -> dict[str, str]:
@@ -262,9 +278,7 @@ class Selectors:
             program = cel.compile(expression)
         except (ValueError, RuntimeError) as error:
             return self._fail_open(expression, f"not understood ({error})")
-        found = _REFERENCE.findall(expression)
-        leftover = _REFERENCE.sub("", expression)
-        compiled = _Compiled(program, tuple(found) if not _ANY_DEVICE_MAP.search(leftover) else None)
+        compiled = _Compiled(program, references(expression))
         self._compiled.put(expression, compiled)
         return compiled
 

@@ -433,17 +433,18 @@ def decide(
     tests = max(MIN_TESTS_PER_REGION, EXACT_FIT_TESTS // max(1, len(preemptor.regions)))
     found = 0
     walk = _RegionWalk(occupancy, preemptor, pause)
+    free = _fits_without_evicting(occupancy, preemptor, walk.regions(), matcher)
+    pause()
+    if free is not None:
+        return NoHelp(
+            preemptor,
+            f"{preemptor.what} fits in {free} without evicting anything: "
+            "what keeps it waiting is not devices, so no pod is preempted for it",
+            candidates.seen(),
+        )
     for region, nodes in walk:
         region_units = candidates.on(nodes)
         fit = _RegionFit(occupancy, preemptor, nodes, region_units, matcher)
-        if nodes and fit(frozenset()) is not None:
-            pause()
-            return NoHelp(
-                preemptor,
-                f"{preemptor.what} fits in {region} without evicting anything: "
-                "what keeps it waiting is not devices, so no pod is preempted for it",
-                candidates.seen(),
-            )
         choice = cheapest(region_units, allowed, fit, exact_tests=tests, bound=None if best is None else best.cost)
         pause()
         if choice is not None and choice.cost.violations:
@@ -496,6 +497,10 @@ class _RegionWalk:
             emptied, least = occupancy.index.region_costs(nodes, preemptor.priority)
             self._regions.append((emptied, region, nodes, least))
 
+    def regions(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Every region with the nodes the preemptor may use there, in no particular order."""
+        return [(region, nodes) for _, region, nodes, _ in self._regions]
+
     def __iter__(self) -> Iterator[tuple[str, tuple[str, ...]]]:
         regions = self._regions
         heapq.heapify(regions)
@@ -512,6 +517,28 @@ class _RegionWalk:
                 return
             if region not in taken:
                 yield region, nodes
+
+
+def _fits_without_evicting(
+    occupancy: Occupancy, preemptor: Preemptor, regions: Sequence[tuple[str, tuple[str, ...]]], matcher: Matcher
+) -> str | None:
+    """A region where the preemptor fits as things are, looked for in every region (each node
+    counted once), not only in those the walk visits: it orders them by what emptying them costs,
+    so a free device among costly pods would come last or never, and a pod still marked
+    unschedulable from before the device freed (the scheduler's backoff) would get victims."""
+    nodes = tuple(dict.fromkeys(node for _, region_nodes in regions for node in region_nodes))
+    counts = _RegionFit(occupancy, preemptor, nodes, (), matcher).counts(frozenset())
+    for region, region_nodes in regions:
+        here = {node: counts[node] for node in region_nodes if node in counts}
+        if not here:
+            continue
+        if preemptor.parts:
+            placed = _parts_slots(preemptor.parts, here, occupancy.view.nodes)
+        else:
+            placed = _slots(here, preemptor.need)
+        if placed is not None:
+            return region
+    return None
 
 
 def _freeing(units: Sequence[Unit], occupancy: Occupancy, nodes: tuple[str, ...]) -> list[int]:

@@ -3,6 +3,7 @@ the caches stay bounded."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -36,6 +37,29 @@ def test_cel_selectors_with_quantities_versions_and_missing_attributes() -> None
     assert selectors.matches(f"device.attributes['{DRIVER}'].?numaNode.orValue(0) == 0", view), (
         "syntax the library cannot parse matches (the scheduler's own DRA filter decides)"
     )
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "device.attributes['{d}'].uuid == '{u}'",
+        "device .attributes['{d}'].uuid == '{u}'",
+        "device. attributes [ '{d}' ] . uuid == '{u}'",
+        "device.attributes['{d}']['uuid'] == '{u}'",
+        "device['attributes']['{d}'].uuid == '{u}'",
+        "device.attributes['{d}'].exists(k, k == 'uuid' && device.attributes['{d}'][k] == '{u}')",
+    ],
+)
+def test_a_selector_reads_the_device_it_names_however_it_is_spelled(spelling: str) -> None:
+    """The result cache keys an expression by the device entries it reads: a spelling the reader
+    missed would make every GPU answer as the first one met did (issue 48: a space before the dot
+    made the GPU with that uuid not match)."""
+    first = _view()
+    second = copy.deepcopy(first)
+    second["attributes"][DRIVER]["uuid"] = "GPU-other"
+    expression = spelling.format(d=DRIVER, u="GPU-other")
+    selectors = Selectors()
+    assert (selectors.matches(expression, first), selectors.matches(expression, second)) == (False, True)
 
 
 def test_kubernetes_library_functions_evaluate_as_the_api_server_does() -> None:

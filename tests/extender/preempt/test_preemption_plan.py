@@ -199,6 +199,25 @@ def test_an_eight_gpu_pod_evicts_exactly_the_eight_lowest_one_gpu_pods_on_one_no
     assert list(decision.reserved) == ["a"] and len(decision.reserved["a"].usage.devices) == 8
 
 
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_free_device_anywhere_means_no_victims_even_where_emptying_costs_most(gpus: int) -> None:
+    """Node b has room among pods that cost more to evict than node a's: the search, cheapest
+    region first, would have stopped at a (issue 48); the pod fits as things are, so nothing is
+    preempted for it (it may still be marked unschedulable from before b's devices freed)."""
+    cluster = Cluster({"a": {}, "b": {}})
+    cluster.fill({"a": 0})
+    for index in range(8 - gpus):
+        cluster.run(f"b{index}", "b", 1, 50)
+    decision = _preempt(cluster, gpus)
+    assert isinstance(decision, NoHelp), decision
+    assert "fits in" in decision.reason and "without evicting anything" in decision.reason
+    cluster.run("b-last", "b", gpus, 50)
+    cluster.pods = [p for p in cluster.pods if p["metadata"]["name"] != "big"]
+    cluster.claims = [c for c in cluster.claims if not c["metadata"]["name"].startswith("big")]
+    full = _preempt(cluster, gpus)
+    assert isinstance(full, Decision) and {v.key[len(NS) + 1] for v in full.victims} == {"a"}, full
+
+
 def test_equal_or_higher_priority_is_never_a_victim() -> None:
     cluster = Cluster({"a": {}})
     for index in range(8):
