@@ -21,15 +21,16 @@ from cryptography import x509
 from kubernetes import client
 
 from dra_driver.discovery.simulated import load_profile, resolve_profile
+from dra_driver.faults import xid_fault
 from dra_driver.publishing.publish_config import PublishConfig
 from dra_driver.publishing.publisher import SlicePublisher
-from dra_driver.publishing.slices import build_slices
+from dra_driver.publishing.slices import UNHEALTHY_TAINT_KEY, build_slices
 from extender.plan.config import RACK_LABEL
 from nativedra.base.kube.names import GPU_CLASS
 from nativedra.cluster import ControlPlane, create_fake_node, wait_for, wait_pod_scheduled
 from nativedra.cluster.extender_wiring import call_extender
 from nativedra.cluster.pki import renew_extender_tls, rotate_extender_ca
-from nativedra.cluster.waits import unschedulable_message
+from nativedra.cluster.waits import unschedulable_message, wait_pod_unschedulable
 from nativedra.objects import claim_template, gpu_pod, request
 from testkit.extender_harness import ExtenderCluster, bound, extender_cluster, fresh_namespace, gang_pods
 
@@ -180,6 +181,44 @@ def test_fast_path_and_malformed_calls(ext: ExtenderCluster, ext_namespace: str)
         {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/web"}]}},
     )
     assert wait_pod_scheduled(ext.api, ext_namespace, "web", 60)
+
+
+def test_a_gang_that_tolerates_a_gpus_taint_is_planned_onto_it_and_one_that_does_not_waits(
+    ext: ExtenderCluster, ext_namespace: str
+) -> None:
+    """The scheduler's DRA allocator gives a device with a NoSchedule taint to a request that
+    tolerates it (DRADeviceTaints: GA and on by default since 1.37), e.g. diagnostics on a GPU the
+    plugin marked unhealthy. The extender plans gangs with the same rule (issue 48: it ignored a
+    claim's tolerations and so held such a gang off the node): 2 pods x 4 GPUs on a node of 7
+    healthy GPUs and a failed one fit only if they tolerate the taint."""
+    (node,) = ext.add_gpu_nodes(1)
+    ext.fail_gpu(node, 3, xid_fault(79), effect="NoSchedule")
+    here = {"kubernetes.io/hostname": node}
+    plain = gang_pods(ext.api, ext_namespace, "plain", 2, 4, selector=here)
+    for name in plain:
+        assert "gang" in wait_pod_unschedulable(ext.api, ext_namespace, name, 60)
+    assert not bound(ext.api, ext_namespace, plain), "7 healthy GPUs hold one member, not the gang"
+    for name in plain:
+        client.CoreV1Api(ext.api).delete_namespaced_pod(name, ext_namespace, grace_period_seconds=0)
+    tolerating = [{"key": UNHEALTHY_TAINT_KEY, "operator": "Exists"}]
+    claim_template(ext.api, ext_namespace, "diag-gpus", [request("gpus", GPU_CLASS, count=4, tolerations=tolerating)])
+    diagnostics = gang_pods(ext.api, ext_namespace, "diag", 2, 4, selector=here)
+    wait_for(
+        lambda: len(bound(ext.api, ext_namespace, diagnostics)) == 2,
+        60,
+        "the tolerating gang placed on the node with the failed GPU",
+        lambda: _reasons(ext.api, ext_namespace, diagnostics),
+    )
+    claims = client.CustomObjectsApi(ext.api).list_namespaced_custom_object(
+        "resource.k8s.io", "v1", ext_namespace, "resourceclaims"
+    )["items"]
+    devices = {
+        result["device"]
+        for claim in claims
+        if claim["metadata"]["name"].startswith("diag-")
+        for result in claim["status"]["allocation"]["devices"]["results"]
+    }
+    assert len(devices) == 8 and "gpu-3" in devices, devices
 
 
 def test_scores_prefer_one_numa_node_and_partly_used_nodes(

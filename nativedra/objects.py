@@ -46,14 +46,22 @@ def apply_file(api: client.ApiClient, path: Path, namespace: str | None = None) 
 
 
 def request(
-    name: str, device_class: str, selector: str | None = None, count: int = 1, capacity: dict[str, str] | None = None
+    name: str,
+    device_class: str,
+    selector: str | None = None,
+    count: int = 1,
+    capacity: dict[str, str] | None = None,
+    *,
+    tolerations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One `exactly` device request of a claim spec."""
+    """One `exactly` device request of a claim spec; `tolerations` of device taints."""
     exactly: dict[str, Any] = {"deviceClassName": device_class, "count": count}
     if selector:
         exactly["selectors"] = [{"cel": {"expression": selector}}]
     if capacity:
         exactly["capacity"] = {"requests": capacity}
+    if tolerations:
+        exactly["tolerations"] = tolerations
     return {"name": name, "exactly": exactly}
 
 

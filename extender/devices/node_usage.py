@@ -15,6 +15,7 @@ from typing import Any
 
 from extender.devices.cel_eval import device_view
 from extender.devices.lru import Numbering
+from extender.devices.taints import Selection
 from nativedra.base.kube.names import STANDARD_NUMA_ATTRIBUTE
 from nativedra.base.kube.units import quantity
 
@@ -206,7 +207,7 @@ class Node:
     devices: dict[str, NodeDevice] = field(default_factory=dict)
     counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     # Selector tuple -> the shape number of the devices it matches (extender.plan.capacity).
-    shapes: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
+    shapes: dict[Selection, int] = field(default_factory=dict, compare=False, repr=False)
     # Other drivers' devices here that publish the standard NUMA attribute, named
     # `partner_name(driver, pool, device)`: what our devices can be aligned with.
     partners: tuple[NodeDevice, ...] = ()

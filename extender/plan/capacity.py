@@ -9,6 +9,7 @@ from decimal import Decimal
 from extender.devices.cel_eval import Selectors
 from extender.devices.lru import GenerationalCache, Numbering
 from extender.devices.node_usage import IDENTITY_ATTRIBUTES, Node, NodeDevice, Usage, take
+from extender.devices.taints import Selection, all_tolerated
 from extender.pods.demand import Demand, Partner, Request
 from nativedra.base.kube.names import STANDARD_NUMA_ATTRIBUTE
 
@@ -39,16 +40,16 @@ class Matcher:
     ) -> None:
         self.selectors = selectors
         self.driver = driver
-        self._cache: GenerationalCache[tuple[str, tuple[str, ...]], tuple[Node, list[NodeDevice], int]] = (
-            GenerationalCache(cache_size)
+        self._cache: GenerationalCache[tuple[str, Selection], tuple[Node, list[NodeDevice], int]] = GenerationalCache(
+            cache_size
         )
 
         # (node name, id of the usage object, demand, limit) -> (node, usage, count, usage after): the
         # entry keeps the usage object alive, so its id cannot be reused while the entry is there.
         self.fits: GenerationalCache[FitKey, tuple[Node | None, Usage, int, Usage]] = GenerationalCache(fit_cache_size)
-        # (node model, selectors) -> (names of the matching devices, their shape number): a new pod
+        # (node model, selection) -> (names of the matching devices, their shape number): a new pod
         # shape's selectors run CEL on one node of each model, not on every device of every node.
-        self._by_model: GenerationalCache[tuple[int, tuple[str, ...]], tuple[tuple[str, ...], int]] = GenerationalCache(
+        self._by_model: GenerationalCache[tuple[int, Selection], tuple[tuple[str, ...], int]] = GenerationalCache(
             cache_size
         )
         self._reads_no_identity: GenerationalCache[tuple[str, ...], bool] = GenerationalCache(cache_size)
@@ -58,12 +59,12 @@ class Matcher:
             for domain, _, name in (attribute.rpartition("/") for attribute in IDENTITY_ATTRIBUTES)
         )
 
-    def matching(self, node: Node, expressions: tuple[str, ...]) -> list[NodeDevice]:
-        return self._matching(node, expressions)[1]
+    def matching(self, node: Node, selection: Selection) -> list[NodeDevice]:
+        return self._matching(node, selection)[1]
 
     def partners_matching(self, node: Node, expressions: tuple[str, ...]) -> list[NodeDevice]:
         """Other drivers' NUMA-placed devices on `node` that a partner request's selectors match."""
-        key = (node.name, (PARTNERS, *expressions))
+        key = (node.name, ((PARTNERS, *expressions), ()))
         cached = self._cache.get(key)
         if cached is not None and cached[0] is node:
             return cached[1]
@@ -71,49 +72,52 @@ class Matcher:
         self._cache.put(key, (node, found, -1))
         return found
 
-    def matching_shape(self, node: Node, expressions: tuple[str, ...]) -> int:
+    def matching_shape(self, node: Node, selection: Selection) -> int:
         """A number for what placing and scoring read of `matching`'s devices (names, NUMA node,
         type, sharing, capacities, the counters they draw on and those counters' totals): nodes
         with equal numbers and equal usage fit and score a pod of these selectors alike. Kept on
         the node object too (a new one comes with any change to its devices): asked for every
         node on every prioritize, a dictionary read there is what makes a new pod shape cheap."""
-        shape = node.shapes.get(expressions)
+        shape = node.shapes.get(selection)
         if shape is None:
-            alike = self._alike(node, expressions)
-            shape = alike[1] if alike is not None else self._matching(node, expressions)[2]
+            alike = self._alike(node, selection)
+            shape = alike[1] if alike is not None else self._matching(node, selection)[2]
             if len(node.shapes) >= MAX_SHAPES_PER_NODE:
                 node.shapes.clear()
-            node.shapes[expressions] = shape
+            node.shapes[selection] = shape
         return shape
 
-    def _matching(self, node: Node, expressions: tuple[str, ...]) -> tuple[Node, list[NodeDevice], int]:
-        key = (node.name, expressions)
+    def _matching(self, node: Node, selection: Selection) -> tuple[Node, list[NodeDevice], int]:
+        key = (node.name, selection)
         cached = self._cache.get(key)
         if cached is not None and cached[0] is node:
             return cached
+        expressions, tolerations = selection
         shareable = self.shareable(expressions)
-        alike = self._alike(node, expressions) if shareable else None
+        alike = self._alike(node, selection) if shareable else None
         if alike is not None:
             entry = (node, [node.devices[name] for name in alike[0]], alike[1])
         else:
             # Selectors that read no identity see the device as its model publishes it (one view,
-            # made once); the others see this node's identities too.
+            # made once); the others see this node's identities too. A tainted device only for a
+            # request that tolerates each of its NoSchedule and NoExecute taints, as the allocator.
             view_of = (lambda d: d.view) if shareable else node.view_of
             found = [
                 d
                 for d in node.devices.values()
-                if not d.tainted and self.selectors.all_match(list(expressions), view_of(d))
+                if (not d.tainted or all_tolerated(d.raw.get("taints") or (), tolerations))
+                and self.selectors.all_match(list(expressions), view_of(d))
             ]
             entry = (node, found, self._shape_id(node, found))
             if shareable:
-                self._by_model.put((node.model, expressions), (tuple(d.name for d in found), entry[2]))
+                self._by_model.put((node.model, selection), (tuple(d.name for d in found), entry[2]))
         self._cache.put(key, entry)
         return entry
 
-    def _alike(self, node: Node, expressions: tuple[str, ...]) -> tuple[tuple[str, ...], int] | None:
+    def _alike(self, node: Node, selection: Selection) -> tuple[tuple[str, ...], int] | None:
         """What the selectors matched on another node of `node`'s model (device names, shape number),
         when they read no device identity and such a node was matched."""
-        return self._by_model.get((node.model, expressions)) if self.shareable(expressions) else None
+        return self._by_model.get((node.model, selection)) if self.shareable(selection[0]) else None
 
     def shareable(self, expressions: tuple[str, ...]) -> bool:
         """Whether the selectors read no device identity, so one node's matches serve its model's."""
@@ -131,12 +135,12 @@ class Matcher:
             return node.name
         requests = demand.requests
         if len(requests) == 1 and not requests[0].match_attribute:  # most pods: one number
-            return self.matching_shape(node, requests[0].selectors)
+            return self.matching_shape(node, requests[0].selection)
         key: list[object] = []
         for request in requests:
-            key.append(self.matching_shape(node, request.selectors))
+            key.append(self.matching_shape(node, request.selection))
             if request.match_attribute:
-                devices = self.matching(node, request.selectors)
+                devices = self.matching(node, request.selection)
                 key.append(tuple(device_attribute(node, d, request.match_attribute, self.driver) for d in devices))
         return tuple(key)
 
@@ -288,7 +292,7 @@ def place(node: Node, usage: Usage, demand: Demand, matcher: Matcher) -> Usage |
     working = usage.copy()
     for request in demand.requests:
         beside = _partners_beside(node, working, request.partners, matcher) if request.partners else None
-        found = _pick(node, working, request, matcher.matching(node, request.selectors), matcher.driver, beside=beside)
+        found = _pick(node, working, request, matcher.matching(node, request.selection), matcher.driver, beside=beside)
         if found is None:
             return None
         picked, partners = found
@@ -346,7 +350,7 @@ def free_matching(node: Node, usage: Usage, request: Request, matcher: Matcher) 
     thousand or more node groups at 10,000 nodes."""
     used, counters, grouped = usage.devices, usage.counters, usage.groups
     free = []
-    for device in matcher.matching(node, request.selectors):
+    for device in matcher.matching(node, request.selection):
         if device.multi:
             if available(node, usage, device, request):
                 free.append(device)
@@ -377,7 +381,7 @@ def most_members(demand: Demand, nodes: dict[str, Node], matcher: Matcher) -> in
     no request is bounded (devices shared without capacities)."""
     most: int | None = None
     for request in demand.requests:
-        servings = [_servings(d, request) for node in nodes.values() for d in matcher.matching(node, request.selectors)]
+        servings = [_servings(d, request) for node in nodes.values() for d in matcher.matching(node, request.selection)]
         if None in servings:
             continue
         members = sum(s for s in servings if s is not None) // (1 if request.all_devices else max(1, request.count))

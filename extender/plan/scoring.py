@@ -70,7 +70,7 @@ def score(node: Node, usage: Usage, demand: Demand, matcher: Matcher, weights: S
     ]
     numa = min(numa_score(free, r, partners) for free, r in zip(free_lists, demand.requests, strict=True))
     packing = min(
-        packing_score(free, len(matcher.matching(node, r.selectors)), r)
+        packing_score(free, len(matcher.matching(node, r.selection)), r)
         for free, r in zip(free_lists, demand.requests, strict=True)
     )
     fractions = max(fraction_packing_score(free, usage) for free in free_lists)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from extender.devices.taints import Selection, Toleration, tolerations_of
 from extender.pods.facts import PodClaims, PodFacts
 from nativedra.base.kube.names import STANDARD_NUMA_ATTRIBUTE
 from nativedra.base.kube.pods import CLASS_RESOURCE_PREFIX
@@ -33,6 +34,12 @@ class Request:
     match_attribute: str | None = None  # all devices of the request share this attribute's value
     all_devices: bool = False
     partners: tuple[Partner, ...] = ()  # other drivers' requests on the same NUMA node (constraint)
+    tolerations: tuple[Toleration, ...] = ()  # of device taints (a diagnostics pod on a failed GPU)
+    # What decides which devices the request matches, made once: the Matcher's cache key.
+    selection: Selection = field(init=False, repr=False, compare=False, default=((), ()))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "selection", (self.selectors, self.tolerations))
 
 
 ClaimRequests = tuple[tuple[Request, ...], tuple[Partner, ...]]
@@ -115,6 +122,7 @@ def requests_of(spec: dict[str, Any], classes: Mapping[str, dict[str, Any]], dri
                     capacity=capacity,
                     match_attribute=match,
                     all_devices=exactly.get("allocationMode") == "All",
+                    tolerations=tolerations_of(exactly.get("tolerations")),
                 ),
             )
         )

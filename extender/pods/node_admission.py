@@ -11,15 +11,14 @@ largest of init containers, sidecars and pod overhead, against allocatable; pods
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from extender.devices.taints import filtering, tolerates
 from nativedra.base.kube.units import quantity
 
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-FILTERING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 @dataclass(frozen=True)
@@ -110,26 +109,8 @@ class NodeAdmission:
                 quantity(allocatable["memory"]) if "memory" in allocatable else Decimal(0),
                 int(quantity(pods)) if pods is not None else 0,
             )
-        taints = tuple(t for t in spec.get("taints") or [] if t.get("effect") in FILTERING_EFFECTS)
+        taints = tuple(filtering(spec.get("taints")))
         return cls(taints, room, bool(spec.get("unschedulable")))
-
-
-def tolerates(tolerations: Iterable[dict[str, Any]], taint: dict[str, Any]) -> bool:
-    """v1 Toleration.ToleratesTaint: effect empty or equal; key empty with Exists matches every key;
-    Exists matches any value, Equal (the default) the same value."""
-    for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = toleration.get("key") or ""
-        operator = toleration.get("operator") or "Equal"
-        if key and key != taint.get("key"):
-            continue
-        if not key and operator != "Exists":
-            continue
-        if operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
 
 
 def refusal(pod_spec: dict[str, Any], node: str, admission: NodeAdmission) -> str | None:

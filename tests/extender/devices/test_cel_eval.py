@@ -120,7 +120,7 @@ def test_caches_stay_bounded_while_50k_distinct_selectors_churn() -> None:
 
     def churn(start: int, count: int) -> None:
         for index in range(start, start + count):
-            matcher.matching(node, (f"device.driver != 'x{index}'",))
+            matcher.matching(node, ((f"device.driver != 'x{index}'",), ()))
 
     churn(0, 42_000)
     tracemalloc.start()  # traced after the caches are full: what one more churn leaves behind

@@ -69,7 +69,7 @@ def _twins(product_of_b: str | None = None) -> dict[str, Node]:
 
 def _matched(nodes: dict[str, Node], selector: str) -> dict[str, list[str]]:
     matcher = Matcher(Selectors(), DRIVER)
-    found = {name: matcher.matching(node, (GPU, selector)) for name, node in nodes.items()}
+    found = {name: matcher.matching(node, ((GPU, selector), ())) for name, node in nodes.items()}
     assert all(d is nodes[name].devices[d.name] for name, devices in found.items() for d in devices), "its own"
     return {name: [d.name for d in devices] for name, devices in found.items()}
 
@@ -130,7 +130,7 @@ def test_free_matching_finds_what_available_finds(profile: str, publish: Publish
     for _ in range(200):
         usage = _random_usage(node, rng, matcher)
         for request in requests:
-            expected = [d for d in matcher.matching(node, request.selectors) if available(node, usage, d, request)]
+            expected = [d for d in matcher.matching(node, request.selection) if available(node, usage, d, request)]
             assert free_matching(node, usage, request, matcher) == expected
             checked += len(expected)
     assert checked > 0

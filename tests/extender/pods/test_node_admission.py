@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from extender.pods.node_admission import NodeAdmission, Requests, members_that_fit, pod_requests, refusal, tolerates
+from extender.devices.taints import tolerates
+from extender.pods.node_admission import NodeAdmission, Requests, members_that_fit, pod_requests, refusal
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
