@@ -18,7 +18,7 @@ from extender.devices.node_usage import Usage
 from extender.plan.capacity import Matcher, place
 from extender.plan.config import ExtenderConfig
 from extender.plan.current import CurrentPlan
-from extender.plan.holds import kept_for_return, refused
+from extender.plan.holds import kept_for_return, refused, refused_where_freed
 from extender.plan.in_flight import InFlight, complete_offer
 from extender.plan.node_groups import NodeGroups
 from extender.plan.score_memo import Answer, Scorer, asks_of, moved
@@ -103,8 +103,8 @@ class Decider:
             reason = f"waiting to see {', '.join(demand.unresolved)}"
             return [], dict.fromkeys(names, reason), RETRY
         reservation = view.reservations.get(ref.key if ref is not None else pod.name)
-        if reservation is not None and reservation.holds:  # a lapsed one pins it to nothing
-            return self._preempting(found.placed, reservation, names)
+        if reservation is not None and reservation.holds and not self._refused_where_freed(view, found, names):
+            return self._preempting(found.placed, reservation, names)  # a lapsed one pins it to nothing
         if ref is None:
             return self._held_check(view, demand, names, now, pod.priority)
         cluster = self.plans.plan(view, pod, now)
@@ -153,6 +153,16 @@ class Decider:
             f"{len(reservation.victims)} pod(s) of lower priority preempted"
         )
         return [n for n in names if n in nodes], {n: reason for n in names if n not in nodes}, "preempting"
+
+    def _refused_where_freed(self, view: ClusterView, found: Asked, names: list[str]) -> bool:
+        """The preemptor is pinned to its kept nodes no longer once the scheduler, offering every
+        feasible node, refuses it on all of them with its devices free there (extender.plan.holds)."""
+        reservation = view.reservations[found.gang.key if found.gang is not None else found.pod.name]
+        if found.placed is not None or not complete_offer(
+            len(names), len(view.nodes), self.config.percentage_of_nodes_to_score
+        ):
+            return False
+        return refused_where_freed(view, reservation, found.demand, names, self.matcher)
 
     def _is_placed(self, view: ClusterView, key: tuple[str, str]) -> bool:
         return key in view.pods and node_of(view.pods[key], view.claims, self.config.driver) is not None

@@ -194,3 +194,24 @@ def added(kept: Iterable[Mapping[str, Usage]]) -> dict[str, Usage]:
         for name, usage in nodes.items():
             total[name] = total[name].plus(usage) if name in total else usage
     return total
+
+
+def refused_where_freed(
+    view: ClusterView, reservation: Reservation, demand: Demand, names: list[str], matcher: Matcher
+) -> bool:
+    """Whether the scheduler refuses a preemptor on every node kept for it although its devices
+    are free there: its victims are gone and, its own hold counted free, it fits (what refuses it
+    is no device: a host port, a volume's node, a spread the decision could not see). Pinned there
+    it would wait for the hold to lapse; unpinned it goes where the scheduler finds room. `names`
+    must be the whole offer (every feasible node), which the caller checks."""
+    if any(name in reservation.nodes for name in names):
+        return False
+    if any(tuple(victim.pod.split("/", 1)) in view.pods for victim in reservation.victims):
+        return False
+    for name, reserved in reservation.nodes.items():
+        node = view.nodes.get(name)
+        if node is None or name not in view.usage:
+            return False
+        if place(node, view.usage[name].minus(reserved.usage), demand, matcher) is None:
+            return False
+    return bool(reservation.nodes)

@@ -282,3 +282,25 @@ def test_the_preemptor_is_answered_with_its_nodes_and_others_are_kept_off_them()
     passing, failed, _ = decider.filter(view, small, ["a", "b"], now=0.0)
     assert passing == ["b"]
     assert failed["a"] == ("the free devices on a are kept for pod ns/big (priority 1000), which preempted pods there")
+
+
+def test_a_preemptor_the_scheduler_refuses_where_its_devices_are_free_is_pinned_there_no_longer() -> None:
+    """Issue 48: a preemptor stayed pinned to its kept nodes for the whole hold although the
+    scheduler, for reasons no eviction changes (a host port, a volume's node), refused it there.
+    While its victim runs, node a missing from the offer is the victim's devices: it stays pinned.
+    Once the victim is gone and its devices free, a offered no more means the scheduler refuses it
+    there: it may go to b. Offered a again, it is pinned again."""
+    state, big, _ = _state()
+    kept = Reserved(1, Usage({f"gpu-{i}" for i in range(8)}))
+    victims = (Victim(f"{NS}/running", "uid-running", tuple(f"{DRIVER}/a/gpu-{i}" for i in range(2, 8))),)
+    reservation = dataclasses.replace(_reservation({"a": kept}), victims=victims)
+    state.apply("ADDED", "preemptions", _lease(reservation))
+    decider = Decider(ExtenderConfig())
+    passing, failed, path = decider.filter(state.view(), big, ["b"], now=1_060.0)
+    assert (passing, path) == ([], "preempting") and "being freed for pod ns/big" in failed["b"]
+    state.apply("DELETED", "pods", {"metadata": {"name": "running", "namespace": NS}})
+    state.apply("DELETED", "resourceclaims", state.view().claims[(NS, "running-gpus")])
+    passing, _, path = decider.filter(state.view(), big, ["b"], now=1_060.0)
+    assert passing == ["b"] and path != "preempting", "refused where its devices are free: unpinned"
+    passing, _, path = decider.filter(state.view(), big, ["a", "b"], now=1_060.0)
+    assert (passing, path) == (["a"], "preempting"), "offered its kept node: pinned to it"
