@@ -21,19 +21,26 @@ from nativedra.base.kube.units import quantity
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
+HostPort = tuple[str, str, int]  # (protocol, host IP, port), as the scheduler's NodePorts plugin compares them
+ANY_IP = "0.0.0.0"  # noqa: S104 - the API's default hostIP: every address of the node
+
+
 @dataclass(frozen=True)
 class Requests:
-    """What pods ask of a node: CPU (cores), memory (bytes) and how many pods."""
+    """What pods ask of a node: CPU (cores), memory (bytes), how many pods, and host ports."""
 
     cpu: Decimal = Decimal(0)
     memory: Decimal = Decimal(0)
     pods: int = 0
+    host_ports: frozenset[HostPort] = frozenset()
 
     def plus(self, other: Requests) -> Requests:
-        return Requests(self.cpu + other.cpu, self.memory + other.memory, self.pods + other.pods)
+        ports = self.host_ports | other.host_ports if other.host_ports else self.host_ports
+        return Requests(self.cpu + other.cpu, self.memory + other.memory, self.pods + other.pods, ports)
 
     def minus(self, other: Requests) -> Requests:
-        return Requests(self.cpu - other.cpu, self.memory - other.memory, self.pods - other.pods)
+        ports = self.host_ports - other.host_ports if other.host_ports else self.host_ports
+        return Requests(self.cpu - other.cpu, self.memory - other.memory, self.pods - other.pods, ports)
 
 
 NONE = Requests()
@@ -69,7 +76,28 @@ def pod_requests(pod: dict[str, Any]) -> Requests:
         cpu += quantity(overhead["cpu"])
     if "memory" in overhead:
         memory += quantity(overhead["memory"])
-    return Requests(cpu, memory, 1)
+    return Requests(cpu, memory, 1, host_ports(spec))
+
+
+def host_ports(spec: dict[str, Any]) -> frozenset[HostPort]:
+    """The host ports a pod binds, as the scheduler counts them: its containers' and its sidecars'
+    (init containers with restartPolicy Always), not those of init containers that finish."""
+    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    return frozenset(
+        ((port.get("protocol") or "TCP"), (port.get("hostIP") or ANY_IP), int(port["hostPort"]))
+        for container in (*sidecars, *(spec.get("containers") or []))
+        for port in container.get("ports") or []
+        if port.get("hostPort")
+    )
+
+
+def ports_conflict(wanted: frozenset[HostPort], used: frozenset[HostPort]) -> bool:
+    """NodePorts' rule: one protocol and port, and the same address or either on every address."""
+    return any(
+        protocol == other_protocol and port == other_port and (ip == other_ip or ANY_IP in (ip, other_ip))
+        for protocol, ip, port in wanted
+        for other_protocol, other_ip, other_port in used
+    )
 
 
 def counts_on_node(pod: dict[str, Any]) -> bool:
@@ -126,7 +154,12 @@ def refusal(pod_spec: dict[str, Any], node: str, admission: NodeAdmission) -> st
 
 def members_that_fit(admission: NodeAdmission, requested: Requests, each: Requests, need: int) -> int:
     """How many pods asking `each` fit beside `requested` (at most `need`): CPU and memory only where
-    asked, as the scheduler skips a resource a pod does not request, and always one pod slot each."""
+    asked, as the scheduler skips a resource a pod does not request, and always one pod slot each.
+    Pods asking host ports fit one to a node, and none where a pod that stays binds one of them."""
+    if each.host_ports:
+        if ports_conflict(each.host_ports, requested.host_ports):
+            return 0
+        need = min(need, 1)
     allocatable = admission.allocatable
     if allocatable is None:
         return need

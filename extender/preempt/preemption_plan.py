@@ -625,7 +625,9 @@ def gang_preemptor(gang: Gang, view: ClusterView, priority: int) -> Preemptor:
         pod for member in gang.members if (pod := view.pods.get(key_of(member.pod))) is not None and not pod.node
     ]
     asks = [pod_requests(pod.obj) for pod in waiting] or [NONE]
-    most = Requests(max(r.cpu for r in asks), max(r.memory for r in asks), 1)
+    most = Requests(
+        max(r.cpu for r in asks), max(r.memory for r in asks), 1, frozenset().union(*(r.host_ports for r in asks))
+    )
     specs = tuple(pod.spec for pod in waiting)
     what = f"gang {ref.key}"
     return Preemptor(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from extender.devices.taints import tolerates
-from extender.pods.node_admission import NodeAdmission, Requests, members_that_fit, pod_requests, refusal
+from extender.pods.node_admission import ANY_IP, NONE, NodeAdmission, Requests, members_that_fit, pod_requests, refusal
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
@@ -78,3 +78,34 @@ def test_members_fit_by_cpu_memory_and_pod_slots_and_a_resource_not_asked_is_not
     assert members_that_fit(admission, full, Requests(Decimal(1), Decimal(0), 1), 8) == 0
     unknown = NodeAdmission.of({"metadata": {"name": "b"}})
     assert members_that_fit(unknown, used, Requests(Decimal(100), Decimal(0), 1), 4) == 4
+
+
+def _ports(*ports: dict[str, object], sidecar: dict[str, object] | None = None) -> dict[str, object]:
+    spec: dict[str, object] = {"containers": [{"name": "main", "ports": list(ports)}]}
+    if sidecar is not None:
+        spec["initContainers"] = [{"name": "proxy", "restartPolicy": "Always", "ports": [sidecar]}]
+        spec["initContainers"].append({"name": "setup", "ports": [{"containerPort": 1, "hostPort": 9999}]})  # type: ignore[attr-defined]
+    return spec
+
+
+def test_host_ports_as_the_scheduler_counts_them_fit_one_pod_to_a_node_and_none_beside_a_holder() -> None:
+    """NodePorts: same protocol and port conflict on the same address or where either binds every
+    address (0.0.0.0, the default); a sidecar's ports count, a finishing init container's do not."""
+    web = pod_requests(
+        {
+            "spec": _ports(
+                {"containerPort": 80, "hostPort": 8080},
+                sidecar={"containerPort": 9, "hostPort": 9090, "protocol": "UDP"},
+            )
+        }
+    )
+    assert web.host_ports == {("TCP", ANY_IP, 8080), ("UDP", ANY_IP, 9090)}
+    admission = NodeAdmission.of({"metadata": {"name": "a"}})
+    one = Requests(pods=1, host_ports=frozenset({("TCP", "10.0.0.1", 8080)}))
+    assert members_that_fit(admission, NONE, one, 4) == 1, "two members asking one port never share a node"
+    assert members_that_fit(admission, web, one, 4) == 0, "0.0.0.0 there takes every address"
+    other_ip = Requests(pods=1, host_ports=frozenset({("TCP", "10.0.0.2", 8080)}))
+    assert members_that_fit(admission, NONE.plus(one), other_ip, 4) == 1, "another address, no conflict"
+    udp = Requests(pods=1, host_ports=frozenset({("UDP", ANY_IP, 8080)}))
+    assert members_that_fit(admission, web, udp, 4) == 1, "another protocol, no conflict"
+    assert members_that_fit(admission, web.minus(web), one, 4) == 1, "freed with the pod that held it"

@@ -218,6 +218,28 @@ def test_a_free_device_anywhere_means_no_victims_even_where_emptying_costs_most(
     assert isinstance(full, Decision) and {v.key[len(NS) + 1] for v in full.victims} == {"a"}, full
 
 
+def test_no_victim_where_a_pod_that_stays_binds_the_preemptors_host_port() -> None:
+    """Issue 48: node a's cheapest victims would free a GPU, but a priority-1000 pod there binds
+    host port 8080, which the preemptor asks too: the scheduler's NodePorts filter would refuse it on
+    a whatever is evicted, so the decision evicts on b. Evicting the holder itself (low priority)
+    frees the port."""
+    port = {"containerPort": 80, "hostPort": 8080}
+    for holder_priority, expected in ((1000, "b"), (0, "a")):
+        cluster = Cluster({"a": {}, "b": {}})
+        for index in range(7):
+            cluster.run(f"a{index}", "a", 1, 0)
+        cluster.run("web", "a", 1, holder_priority)
+        cluster.pods[-1]["spec"]["containers"] = [{"name": "main", "ports": [port]}]
+        for index in range(8):
+            cluster.run(f"b{index}", "b", 1, 10)
+        waiting = cluster.wait("big", 1, 100)
+        waiting["spec"]["containers"] = [{"name": "main", "ports": [port]}]
+        view = cluster.view()
+        decision = decide(cluster.occupancy(view), _single(view, waiting), [], MATCHER)
+        assert isinstance(decision, Decision), decision
+        assert list(decision.reserved) == [expected], (holder_priority, decision)
+
+
 def test_equal_or_higher_priority_is_never_a_victim() -> None:
     cluster = Cluster({"a": {}})
     for index in range(8):
