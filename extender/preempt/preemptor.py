@@ -64,6 +64,10 @@ REPEAT_AFTER_S = 600.0  # the same "would not help" is told to a pod again after
 JUDGE_AGAIN_S = 10.0  # a preemptor eviction would not help is judged again after this long
 TOO_LARGE_AGAIN_S = 300.0  # a decision too large for its Lease is judged again after this long
 BACK_OFF_S, BACK_OFF_MAX_S = 10.0, 300.0  # a decision the API did not record: its preemptor waits
+# A preemptor its hold lapsed for, still unplaced: something its decision could not see keeps it out
+# (a volume's node, a spread), so evicting again at once would evict for nothing. It waits, longer
+# each time in a row, until it is placed.
+LAPSED_BACK_OFF_S, LAPSED_BACK_OFF_MAX_S = 30.0, 1_800.0
 COURTESY_S = 0.001  # a decision lets requests run at least this often
 DRY_RUN = "All"
 
@@ -86,6 +90,7 @@ class Preemption(LeaderDuty):
         # waiting gangs would otherwise be judged every step).
         self._unhelped: dict[str, float] = {}
         self._backed_off: dict[str, float] = {}  # preemptor -> its last back-off (s), while they fail in a row
+        self._lapsed: dict[str, float] = {}  # preemptor -> its last back-off (s) after holds lapsed in a row
         self._index = VictimIndex(self.config.driver)  # who holds what, brought up to each view
 
     def run(self, stop: threading.Event) -> None:
@@ -214,6 +219,15 @@ class Preemption(LeaderDuty):
         self._unhelped[key] = now + delay
         log.warning("preemption for %s: %s; judged again in %.0f s", key, why, delay)
 
+    def _after_lapse(self, key: str, now: float) -> float:
+        """How long a preemptor whose hold lapsed unplaced waits before it may preempt again."""
+        delay = lapsed_back_off(self._lapsed.get(key))
+        if len(self._lapsed) > 4 * len(self.state.objects["pods"]) + 64:  # bounded by the cluster
+            self._lapsed.clear()
+        self._lapsed[key] = delay
+        self._unhelped[key] = max(self._unhelped.get(key, 0.0), now + delay)
+        return delay
+
     @staticmethod
     def _covered_first(decision: Decision) -> list[Victim]:
         """The victims, those a budget covers first: if one is refused, nothing else was evicted."""
@@ -332,12 +346,15 @@ class Preemption(LeaderDuty):
             if pods:
                 PREEMPTION_SECONDS.observe(max(0.0, now - reservation.created))
                 log.info("%s placed %.1f s after preempting", reservation.what, now - reservation.created)
+            self._lapsed.pop(reservation.preemptor, None)
             self.let_go(reservation, f"letting the preemption for {reservation.what} go")
             return True
         if now >= reservation.expires:
+            delay = self._after_lapse(reservation.preemptor, now)
             message = (
                 f"devices freed by preemption were kept {self.hold_seconds} s for {reservation.what}, "
-                "which was not placed meanwhile: they are let go"
+                f"which was not placed meanwhile: they are let go, and nothing is preempted for it for "
+                f"{delay:.0f} s (longer each time in a row until it is placed)"
             )
             log.info("%s", message)
             for pod in pods:
@@ -352,6 +369,11 @@ class Preemption(LeaderDuty):
         gang = gangs.get(reservation.preemptor)
         names = [m.pod for m in gang.members] if gang is not None else [reservation.preemptor]
         return [view.pods[key_of(name)] for name in names if key_of(name) in view.pods]
+
+
+def lapsed_back_off(previous: float | None) -> float:
+    """The wait after a hold lapsed unplaced: LAPSED_BACK_OFF_S, doubling each time in a row."""
+    return LAPSED_BACK_OFF_S if previous is None else min(LAPSED_BACK_OFF_MAX_S, 2 * previous)
 
 
 def not_a_victim(pod: PodFacts, reservation: Reservation) -> str | None:

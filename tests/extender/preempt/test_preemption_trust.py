@@ -19,7 +19,7 @@ from extender.plan.capacity import available
 from extender.pods.demand import Request
 from extender.pods.facts import PodFacts
 from extender.preempt.preemption_plan import Budget, Decision, NoHelp, decide
-from extender.preempt.preemptor import not_a_victim
+from extender.preempt.preemptor import lapsed_back_off, not_a_victim
 from testkit.builders import DRIVER, FRACTION, pod
 from tests.extender.cluster.test_partners import NIC_CLASS, NIC_DRIVER, gpu_and_nic, nic_claim, nic_slice
 from tests.extender.preempt.test_preemption_plan import MATCHER, NS, Cluster, _single
@@ -242,3 +242,13 @@ def test_a_pod_a_decision_names_is_evicted_only_below_the_preemptors_priority_an
     assert "priority 100 is not lower than the preemptor's 100" in (not_a_victim(victim(100, "a"), kept) or "")
     assert "priority 2000000000 is not lower" in (not_a_victim(victim(2_000_000_000, "a"), kept) or "")
     assert "runs on b, none of the nodes the decision keeps" in (not_a_victim(victim(10, "b"), kept) or "")
+
+
+def test_a_preemptor_whose_hold_lapsed_unplaced_waits_longer_each_time_in_a_row() -> None:
+    """Issue 48: a hold lapsed with its preemptor unplaced (something the decision could not see
+    keeps it out), and the next step could evict again on the same nodes once lower priority work
+    refilled them, every hold. It now waits 30 s, then twice as long each time, up to 30 min."""
+    waits = [lapsed_back_off(None)]
+    for _ in range(8):
+        waits.append(lapsed_back_off(waits[-1]))
+    assert waits == [30.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1_800.0, 1_800.0, 1_800.0]
