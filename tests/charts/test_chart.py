@@ -221,6 +221,10 @@ def test_simulated_backend_arguments_are_the_plugins(helm: Helm) -> None:
     assert (parsed.backend, parsed.profile, str(parsed.dev_root)) == ("simulated", "a100-4x", "/simulated/dev")
 
 
+def _peers(*peers: dict[str, Any]) -> dict[str, Any]:
+    return {"extender": {"networkPolicy": {"schedulerPeers": list(peers)}}}
+
+
 @pytest.mark.parametrize(
     ("values", "field"),
     [
@@ -229,6 +233,14 @@ def test_simulated_backend_arguments_are_the_plugins(helm: Helm) -> None:
         ({"plugin": {"driverRoot": "/"}}, "/plugin/driverRoot"),
         ({"extender": {"replicas": -1}}, "/extender/replicas"),
         ({"plugin": {"fractions": {"denominators": [1]}}}, "/plugin/fractions/denominators/0"),
+        # A scheduler peer that admits everyone on the verbs' port: any namespace, any pod of the
+        # extender's, any address, or a peer of a kind a NetworkPolicy does not have.
+        (_peers({"namespaceSelector": {}}), "/extender/networkPolicy/schedulerPeers/0/namespaceSelector"),
+        (_peers({"podSelector": {"matchLabels": {}}}), "/extender/networkPolicy/schedulerPeers/0/podSelector"),
+        (_peers({"ipBlock": {"cidr": "0.0.0.0/0"}}), "/extender/networkPolicy/schedulerPeers/0/ipBlock/cidr"),
+        (_peers({"ipBlock": {"cidr": "::/0"}}), "/extender/networkPolicy/schedulerPeers/0/ipBlock/cidr"),
+        (_peers({}), "/extender/networkPolicy/schedulerPeers/0"),
+        (_peers({"nodeSelector": {"a": "b"}}), "/extender/networkPolicy/schedulerPeers/0"),
     ],
 )
 def test_a_bad_value_is_refused_naming_it(helm: Helm, values: dict[str, Any], field: str) -> None:

@@ -115,6 +115,11 @@ def load(files: TlsFiles) -> LoadedTls:
     except (ssl.SSLError, UnicodeDecodeError) as error:
         raise TlsFileError(files.client_ca, f"rejected by OpenSSL ({error})") from error
     context.verify_mode = ssl.CERT_REQUIRED
+    # No session tickets: a resumed session skips verifying the client against the CA file, so one
+    # from before a client CA rotated out would still be let in. The scheduler keeps its
+    # connections open, so a full handshake per connection costs nothing that counts.
+    context.options |= ssl.OP_NO_TICKET
+    context.num_tickets = 0
     return LoadedTls(
         context=context,
         serving_not_after=min(cert.not_valid_after_utc for cert in chain),
@@ -166,6 +171,9 @@ class ReloadingTls:
             except TlsFileError as error:
                 log.error("TLS files changed but cannot be loaded; still serving the previous ones: %s", error)
                 return self._current
+            except Exception:  # a key type cryptography cannot read: the same, whatever it raised
+                log.exception("TLS files changed but cannot be loaded; still serving the previous ones")
+                return self._current
             self._current = loaded
         log.info(
             "TLS files reloaded: serving certificate serial %x valid until %s, client CA valid until %s",
@@ -180,8 +188,8 @@ class ReloadingTls:
         """Runs inside the handshake: an exception here would fail it, so none may escape."""
         try:
             fresh = self.refresh().context
-        except Exception:  # serving with the context in hand beats refusing the client
-            log.exception("TLS reload check failed; this handshake uses the context it started with")
-            return
+        except Exception:  # serving with the last good context beats refusing the client
+            log.exception("TLS reload check failed; this handshake uses the last context that loaded")
+            fresh = self._current.context
         if connection.context is not fresh:
             connection.context = fresh

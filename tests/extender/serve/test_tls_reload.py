@@ -11,6 +11,7 @@ import contextlib
 import http.client
 import logging
 import shutil
+import socket
 import ssl
 import threading
 import time
@@ -159,6 +160,35 @@ def test_a_ca_rotation_through_a_bundle_accepts_both_clients_then_only_the_new(t
         with pytest.raises((ssl.SSLError, ConnectionError)):
             _get(port, old_client)
         assert _get(port, new_client) == _serial(tls.serving_cert)
+
+
+def test_no_session_resumes_so_a_client_ca_rotated_out_lets_no_one_back_in(tmp_path: Path) -> None:
+    """A resumed TLS session skips verifying the client against the CA file: the extender issues no
+    session ticket, so once the old client CA is dropped its clients are refused on every new
+    connection, including one that offers the session it had."""
+    tls = extender_tls(tmp_path)
+    old_ca = tls.ca_cert.read_bytes()
+    old_client = _client(tls.client_cert, tls.client_key, old_ca)
+    request = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with serving(tls) as port:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            old_client.wrap_socket(raw, server_hostname="localhost") as first,
+        ):
+            first.sendall(request)
+            assert b"200 OK" in first.recv(4096)
+            session = first.session
+        assert session is not None and not session.has_ticket, "no ticket issued"
+        renew_extender_tls(tls, new_ca=True)  # the old CA is gone from ca.crt at once
+        _until(lambda: not _accepted(port, old_client, tls.serving_cert), "the old client certificate refused")
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            pytest.raises((ssl.SSLError, ConnectionError)),
+            old_client.wrap_socket(raw, server_hostname="localhost", session=session) as resumed,
+        ):
+            resumed.sendall(request)
+            if not resumed.recv(4096):
+                raise ConnectionError("closed without an answer")
 
 
 def test_files_that_cannot_be_loaded_keep_the_last_good_context_and_are_logged_once(
