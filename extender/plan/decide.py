@@ -103,7 +103,11 @@ class Decider:
             reason = f"waiting to see {', '.join(demand.unresolved)}"
             return [], dict.fromkeys(names, reason), RETRY
         reservation = view.reservations.get(ref.key if ref is not None else pod.name)
-        if reservation is not None and reservation.holds and not self._refused_where_freed(view, found, names):
+        if (
+            reservation is not None
+            and reservation.holds
+            and not self._refused_where_freed(view, found, reservation, names)
+        ):
             return self._preempting(found.placed, reservation, names)  # a lapsed one pins it to nothing
         if ref is None:
             return self._held_check(view, demand, names, now, pod.priority)
@@ -154,10 +158,9 @@ class Decider:
         )
         return [n for n in names if n in nodes], {n: reason for n in names if n not in nodes}, "preempting"
 
-    def _refused_where_freed(self, view: ClusterView, found: Asked, names: list[str]) -> bool:
+    def _refused_where_freed(self, view: ClusterView, found: Asked, reservation: Reservation, names: list[str]) -> bool:
         """The preemptor is pinned to its kept nodes no longer once the scheduler, offering every
         feasible node, refuses it on all of them with its devices free there (extender.plan.holds)."""
-        reservation = view.reservations[found.gang.key if found.gang is not None else found.pod.name]
         if found.placed is not None or not complete_offer(
             len(names), len(view.nodes), self.config.percentage_of_nodes_to_score
         ):

@@ -361,13 +361,18 @@ class _RegionFit:
         return counts
 
     def __call__(self, chosen: frozenset[int]) -> Slots | None:
-        counts = self.counts(chosen)
-        if self.preemptor.parts:
-            return _parts_slots(self.preemptor.parts, counts, self.occupancy.view.nodes)
-        return _slots(counts, self.preemptor.need)
+        return _placement(self.preemptor, self.counts(chosen), self.occupancy.view.nodes)
 
     def room(self, chosen: frozenset[int]) -> int:
         return min(self.preemptor.need, sum(self.counts(chosen).values()))
+
+
+def _placement(preemptor: Preemptor, counts: Mapping[str, int], nodes: Mapping[str, Node]) -> Slots | None:
+    """Where the preemptor's members go given how many fit on each node: each exclusive part in a
+    domain of its own, or all of them onto the tightest nodes."""
+    if preemptor.parts:
+        return _parts_slots(preemptor.parts, counts, nodes)
+    return _slots(counts, preemptor.need)
 
 
 def _slots(counts: Mapping[str, int], need: int) -> Slots | None:
@@ -530,13 +535,7 @@ def _fits_without_evicting(
     counts = _RegionFit(occupancy, preemptor, nodes, (), matcher).counts(frozenset())
     for region, region_nodes in regions:
         here = {node: counts[node] for node in region_nodes if node in counts}
-        if not here:
-            continue
-        if preemptor.parts:
-            placed = _parts_slots(preemptor.parts, here, occupancy.view.nodes)
-        else:
-            placed = _slots(here, preemptor.need)
-        if placed is not None:
+        if here and _placement(preemptor, here, occupancy.view.nodes) is not None:
             return region
     return None
 

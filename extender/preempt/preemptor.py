@@ -212,21 +212,23 @@ class Preemption(LeaderDuty):
     def _back_off(self, key: str, now: float, why: str) -> None:
         """A preemptor whose decision failed for a reason of the API's waits, longer each time in
         a row (BACK_OFF_S doubling up to BACK_OFF_MAX_S), while others are decided on."""
-        delay = min(BACK_OFF_MAX_S, 2 * self._backed_off.get(key, BACK_OFF_S / 2))
-        if len(self._backed_off) > 4 * len(self.state.objects["pods"]) + 64:  # bounded by the cluster
-            self._backed_off.clear()
-        self._backed_off[key] = delay
-        self._unhelped[key] = now + delay
+        delay = self._wait_longer(
+            self._backed_off, key, now, back_off(self._backed_off.get(key), BACK_OFF_S, BACK_OFF_MAX_S)
+        )
         log.warning("preemption for %s: %s; judged again in %.0f s", key, why, delay)
+
+    def _wait_longer(self, streaks: dict[str, float], key: str, now: float, delay: float) -> float:
+        """Record `delay` as `key`'s latest in `streaks` (bounded by the cluster) and keep it from
+        preempting until then."""
+        if len(streaks) > 4 * len(self.state.objects["pods"]) + 64:
+            streaks.clear()
+        streaks[key] = delay
+        self._unhelped[key] = max(self._unhelped.get(key, 0.0), now + delay)
+        return delay
 
     def _after_lapse(self, key: str, now: float) -> float:
         """How long a preemptor whose hold lapsed unplaced waits before it may preempt again."""
-        delay = lapsed_back_off(self._lapsed.get(key))
-        if len(self._lapsed) > 4 * len(self.state.objects["pods"]) + 64:  # bounded by the cluster
-            self._lapsed.clear()
-        self._lapsed[key] = delay
-        self._unhelped[key] = max(self._unhelped.get(key, 0.0), now + delay)
-        return delay
+        return self._wait_longer(self._lapsed, key, now, lapsed_back_off(self._lapsed.get(key)))
 
     @staticmethod
     def _covered_first(decision: Decision) -> list[Victim]:
@@ -371,9 +373,14 @@ class Preemption(LeaderDuty):
         return [view.pods[key_of(name)] for name in names if key_of(name) in view.pods]
 
 
+def back_off(previous: float | None, first: float, most: float) -> float:
+    """`first`, then twice the previous wait each time in a row, never more than `most`."""
+    return first if previous is None else min(most, 2 * previous)
+
+
 def lapsed_back_off(previous: float | None) -> float:
     """The wait after a hold lapsed unplaced: LAPSED_BACK_OFF_S, doubling each time in a row."""
-    return LAPSED_BACK_OFF_S if previous is None else min(LAPSED_BACK_OFF_MAX_S, 2 * previous)
+    return back_off(previous, LAPSED_BACK_OFF_S, LAPSED_BACK_OFF_MAX_S)
 
 
 def not_a_victim(pod: PodFacts, reservation: Reservation) -> str | None:
